@@ -1,0 +1,334 @@
+"""The typed configuration of one run: model, data, LoRA, the SFT and GRPO stages, rewards, tracking.
+
+TRL style: every field carries `metadata={"help": ...}` (the Training tab builds its form from these), and
+`validate()` raises `ConfigError` naming the field, the value and a fix. Pure Python: the UI imports this.
+Defaults are the seed's numbers (../shared/notes/recipe.md) on the offline `tiny` model and the generator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Literal, Optional
+
+from grpo_playground.tags import Tags
+
+BACKENDS = ("auto", "unsloth", "trl")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+# Every loss TRL 1.14.2's GRPOTrainer implements (all verified to run on CPU, see platform.md).
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+SCALE_REWARDS = ("group", "batch", "none")
+SWANLAB_MODES = ("auto", "offline", "online", "local", "disabled")
+LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_restarts", "polynomial")
+OPTIMIZERS = ("adamw_8bit", "adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "paged_adamw_8bit")
+ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class ConfigError(ValueError):
+    """A bad value in a run configuration; `path` is the dotted field name (e.g. `grpo.learning_rate`)."""
+
+    def __init__(self, path: str, value, fix: str):
+        self.path, self.value, self.fix = path, value, fix
+        super().__init__(f"{path}={value!r}: {fix}")
+
+
+def _help(text: str, **extra) -> dict:
+    return {"help": text, **extra}
+
+
+def _check_choice(path: str, value, choices) -> None:
+    if value not in choices:
+        raise ConfigError(path, value, f"choose one of {', '.join(map(str, choices))}")
+
+
+def _check_range(path: str, value, low=None, high=None, fix: str = "") -> None:
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f"{'' if low is None else low} .. {'' if high is None else high}"
+        raise ConfigError(path, value, f"must lie in {bounds}{'; ' + fix if fix else ''}")
+
+
+@dataclass
+class ModelConfig:
+    name_or_path: str = field(default="tiny", metadata=_help(
+        "Model registry name (tiny, smollm2-135m, qwen3-8b, ...) or a local Hugging Face model folder."))
+    backend: Literal["auto", "unsloth", "trl"] = field(default="auto", metadata=_help(
+        "auto: Unsloth FastLanguageModel on CUDA when unsloth is installed, else TRL + PEFT (CPU included).",
+        choices=BACKENDS))
+    load_in_4bit: bool = field(default=False, metadata=_help(
+        "Load the base model in 4-bit for the GRPO stage (the seed does: vLLM needs the memory). CUDA only."))
+    sft_load_in_4bit: bool = field(default=False, metadata=_help(
+        "Load the base model in 4-bit for the SFT stage (QLoRA). The seed trains SFT in 16-bit. CUDA only."))
+    max_seq_length: int = field(default=2048, metadata=_help(
+        "Longest prompt + completion the model is loaded for (Unsloth/vLLM context)."))
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = field(default="auto", metadata=_help(
+        "Weights dtype: auto = bfloat16 on a GPU that supports it, float32 on CPU.", choices=DTYPES))
+    gpu_memory_utilization: float = field(default=0.7, metadata=_help(
+        "Share of GPU memory vLLM may reserve for generation (seed 0.7); lower it on out-of-memory."))
+    fast_inference: bool = field(default=True, metadata=_help(
+        "Generate GRPO rollouts with vLLM through Unsloth when vllm is installed (CUDA only)."))
+
+    def validate(self, prefix: str = "model") -> None:
+        if not self.name_or_path.strip():
+            raise ConfigError(f"{prefix}.name_or_path", self.name_or_path, "give a registry name such as 'tiny'")
+        _check_choice(f"{prefix}.backend", self.backend, BACKENDS)
+        _check_choice(f"{prefix}.dtype", self.dtype, DTYPES)
+        _check_range(f"{prefix}.max_seq_length", self.max_seq_length, 64, 131072)
+        _check_range(f"{prefix}.gpu_memory_utilization", self.gpu_memory_utilization, 0.05, 0.98,
+                     "the seed uses 0.7; lower it when vLLM runs out of memory")
+
+
+@dataclass
+class DataConfig:
+    sft_source: str = field(default="generator:train", metadata=_help(
+        "Source spec of the SFT examples (worked solutions in the tag format): generator:train, "
+        "openmath:PATH, file:PATH?question=col&answer=col, hub:ID (needs the hub)."))
+    grpo_source: str = field(default="generator:train", metadata=_help(
+        "Source spec of the GRPO prompts (final answers only): generator:train, gsm8k:PATH.jsonl, dapo:PATH, ..."))
+    eval_source: str = field(default="generator:test", metadata=_help(
+        "Held-out source spec for pre-flight and evaluation (never trained on)."))
+    n_sft: Optional[int] = field(default=None, metadata=_help("Number of SFT examples (empty = all)."))
+    n_grpo: Optional[int] = field(default=None, metadata=_help("Number of GRPO prompts (empty = all)."))
+    levels: Optional[list[int]] = field(default=None, metadata=_help(
+        "Keep only problems of these difficulty levels (generator sources carry a level); empty = all."))
+    prefill_reasoning: bool = field(default=True, metadata=_help(
+        "The chat template opens the assistant turn with the reasoning start tag, so the model never "
+        "has to write it (and the rewards do not count it)."))
+    register_tags: bool = field(default=True, metadata=_help(
+        "Add the four format tags to the tokenizer as ordinary added tokens, so each is one unit. Never as "
+        "special tokens: TRL decodes completions with skip_special_tokens and the rewards would not see them."))
+    seed: int = field(default=0, metadata=_help("Seed of data sampling and shuffling."))
+
+    def validate(self, prefix: str = "data") -> None:
+        for name in ("sft_source", "grpo_source", "eval_source"):
+            spec = getattr(self, name)
+            if ":" not in spec:
+                raise ConfigError(f"{prefix}.{name}", spec, "write a source spec such as 'generator:train'")
+        for name in ("n_sft", "n_grpo"):
+            value = getattr(self, name)
+            if value is not None:
+                _check_range(f"{prefix}.{name}", value, 1, None, "leave it empty to use every example")
+        if self.levels is not None and not self.levels:
+            raise ConfigError(f"{prefix}.levels", self.levels, "list at least one level, or leave it empty for all")
+
+
+@dataclass
+class LoraSettings:
+    r: int = field(default=32, metadata=_help("LoRA rank (seed 32; also vLLM's max_lora_rank)."))
+    alpha: int = field(default=64, metadata=_help("LoRA alpha (seed: 2 x rank)."))
+    dropout: float = field(default=0.0, metadata=_help("LoRA dropout (0 lets Unsloth use its fast path)."))
+    target_modules: list[str] = field(default_factory=lambda: list(ALL_PROJECTIONS), metadata=_help(
+        "Projections that get adapters; all seven by default (fewer targets is a known cause of KL blow-ups)."))
+    seed: int = field(default=3407, metadata=_help("Seed of adapter initialisation and training (seed 3407)."))
+
+    def validate(self, prefix: str = "lora") -> None:
+        _check_range(f"{prefix}.r", self.r, 1, 1024)
+        _check_range(f"{prefix}.alpha", self.alpha, 1, 4096, "the seed uses 2 x r")
+        _check_range(f"{prefix}.dropout", self.dropout, 0.0, 0.9)
+        if not self.target_modules:
+            raise ConfigError(f"{prefix}.target_modules", self.target_modules,
+                              f"list module names, e.g. {ALL_PROJECTIONS}")
+
+
+@dataclass
+class SFTStage:
+    enabled: bool = field(default=True, metadata=_help("Run SFT first: it teaches the format, not the math."))
+    epochs: float = field(default=2.0, metadata=_help("Passes over the SFT data (seed 2; more stiffens the style)."))
+    max_steps: int = field(default=-1, metadata=_help("Stop after this many steps (-1 = run the epochs)."))
+    learning_rate: float = field(default=2e-4, metadata=_help("SFT learning rate (seed 2e-4)."))
+    warmup_steps: int = field(default=5, metadata=_help("Linear warm-up steps (seed 5)."))
+    lr_scheduler: str = field(default="linear", metadata=_help("Learning-rate schedule.", choices=LR_SCHEDULERS))
+    optim: str = field(default="adamw_8bit", metadata=_help(
+        "Optimizer (seed adamw_8bit; without bitsandbytes, e.g. on CPU, adamw_torch is used).", choices=OPTIMIZERS))
+    weight_decay: float = field(default=0.01, metadata=_help("Weight decay (seed 0.01)."))
+    per_device_batch_size: int = field(default=1, metadata=_help("Examples per device per step (seed 1)."))
+    grad_accum: int = field(default=1, metadata=_help("Gradient accumulation steps (seed 1)."))
+    max_length: int = field(default=2048, metadata=_help("Longest tokenized SFT example; longer ones are truncated."))
+    logging_steps: int = field(default=5, metadata=_help("Log metrics every N steps."))
+    save_steps: int = field(default=100, metadata=_help("Save a resumable checkpoint every N steps."))
+
+    def validate(self, prefix: str = "sft") -> None:
+        _check_range(f"{prefix}.epochs", self.epochs, 0.0, 1000.0)
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise ConfigError(f"{prefix}.max_steps", self.max_steps, "give a positive number, or -1 to run the epochs")
+        _check_range(f"{prefix}.learning_rate", self.learning_rate, 1e-8, 1e-2, "the seed uses 2e-4")
+        _check_range(f"{prefix}.warmup_steps", self.warmup_steps, 0, None)
+        _check_choice(f"{prefix}.lr_scheduler", self.lr_scheduler, LR_SCHEDULERS)
+        _check_choice(f"{prefix}.optim", self.optim, OPTIMIZERS)
+        _check_range(f"{prefix}.weight_decay", self.weight_decay, 0.0, 1.0)
+        for name in ("per_device_batch_size", "grad_accum", "logging_steps", "save_steps"):
+            _check_range(f"{prefix}.{name}", getattr(self, name), 1, None)
+        _check_range(f"{prefix}.max_length", self.max_length, 16, 131072)
+
+
+@dataclass
+class GRPOStage:
+    enabled: bool = field(default=True, metadata=_help("Run GRPO (after SFT when both are on): it teaches correctness."))
+    max_steps: int = field(default=100, metadata=_help("GRPO optimizer steps."))
+    learning_rate: float = field(default=5e-6, metadata=_help(
+        "GRPO learning rate (seed 5e-6). Too high makes KL explode / NaN logits: halve it."))
+    beta: float = field(default=0.04, metadata=_help(
+        "KL penalty towards the reference (the adapter-disabled policy; seed 0.04; 0 = no reference, no kl)."))
+    temperature: float = field(default=0.9, metadata=_help("Sampling temperature of rollouts (seed 0.9)."))
+    top_p: float = field(default=1.0, metadata=_help("Nucleus sampling of rollouts."))
+    num_generations: int = field(default=8, metadata=_help("Completions per prompt: the group G (seed 8)."))
+    loss_type: str = field(default="dr_grpo", metadata=_help(
+        "TRL loss: grpo, dr_grpo (seed: no std or length normalisation), dapo (TRL default), bnpo, cispo, "
+        "sapo, luspo, vespo.", choices=LOSS_TYPES))
+    scale_rewards: str = field(default="group", metadata=_help(
+        "Divide advantages by the reward std of the group, of the batch, or not at all (none, Dr. GRPO).",
+        choices=SCALE_REWARDS))
+    epsilon: float = field(default=0.2, metadata=_help("Clipping range of the policy ratio."))
+    max_completion_length: int = field(default=1024, metadata=_help(
+        "Longest completion in tokens (seed 1024; below 512 truncation cuts off the solution tag on real models)."))
+    per_device_batch_size: int = field(default=8, metadata=_help(
+        "Completions per device per step (TRL counts completions, not prompts). Raised to a multiple of "
+        "num_generations when needed (as Unsloth does for the seed's 1)."))
+    grad_accum: int = field(default=1, metadata=_help("Gradient accumulation steps (seed 1)."))
+    warmup_steps: int = field(default=0, metadata=_help("Linear warm-up steps."))
+    lr_scheduler: str = field(default="linear", metadata=_help("Learning-rate schedule.", choices=LR_SCHEDULERS))
+    optim: str = field(default="adamw_8bit", metadata=_help(
+        "Optimizer (seed adamw_8bit; without bitsandbytes adamw_torch is used).", choices=OPTIMIZERS))
+    weight_decay: float = field(default=0.01, metadata=_help("Weight decay (seed 0.01)."))
+    logging_steps: int = field(default=5, metadata=_help("Log metrics and sample completions every N steps (seed 5)."))
+    save_steps: int = field(default=50, metadata=_help("Save a resumable checkpoint every N steps."))
+    use_vllm: bool = field(default=True, metadata=_help(
+        "Generate with vLLM (colocated) when it is installed and a GPU is present; else model.generate."))
+    mask_truncated_completions: bool = field(default=False, metadata=_help(
+        "Exclude completions cut at max_completion_length from the loss (a guard against truncation hacking)."))
+    preflight_prompts: int = field(default=4, metadata=_help(
+        "Pre-flight: held-out prompts sampled (each num_generations times) and scored before GRPO starts."))
+
+    def generation_batch(self, num_processes: int = 1) -> tuple[int, str]:
+        """Per-device batch TRL accepts (its generation batch must divide by num_generations), and why it changed."""
+        per_device = self.per_device_batch_size
+        total = per_device * self.grad_accum * num_processes
+        if total % self.num_generations == 0:
+            return per_device, ""
+        while (per_device * self.grad_accum * num_processes) % self.num_generations:
+            per_device += 1
+        return per_device, (
+            f"grpo.per_device_batch_size {self.per_device_batch_size} x grad_accum {self.grad_accum} x "
+            f"{num_processes} process(es) does not divide by num_generations {self.num_generations}: "
+            f"using per_device_batch_size {per_device}")
+
+    def validate(self, prefix: str = "grpo") -> None:
+        _check_range(f"{prefix}.max_steps", self.max_steps, 1, None)
+        _check_range(f"{prefix}.learning_rate", self.learning_rate, 1e-9, 1e-2,
+                     "the seed uses 5e-6; above ~1e-4 KL explodes on real models")
+        _check_range(f"{prefix}.beta", self.beta, 0.0, 10.0, "the seed uses 0.04; 0 drops the reference")
+        _check_range(f"{prefix}.temperature", self.temperature, 0.01, 5.0, "0.9-1.2 keeps groups diverse")
+        _check_range(f"{prefix}.top_p", self.top_p, 0.01, 1.0)
+        _check_range(f"{prefix}.num_generations", self.num_generations, 2, 256,
+                     "GRPO compares completions within a group: it needs at least 2")
+        _check_choice(f"{prefix}.loss_type", self.loss_type, LOSS_TYPES)
+        _check_choice(f"{prefix}.scale_rewards", self.scale_rewards, SCALE_REWARDS)
+        _check_range(f"{prefix}.epsilon", self.epsilon, 0.0, 1.0)
+        _check_range(f"{prefix}.max_completion_length", self.max_completion_length, 8, 131072)
+        _check_choice(f"{prefix}.lr_scheduler", self.lr_scheduler, LR_SCHEDULERS)
+        _check_choice(f"{prefix}.optim", self.optim, OPTIMIZERS)
+        _check_range(f"{prefix}.weight_decay", self.weight_decay, 0.0, 1.0)
+        for name in ("per_device_batch_size", "grad_accum", "logging_steps", "save_steps", "preflight_prompts"):
+            _check_range(f"{prefix}.{name}", getattr(self, name), 1, None)
+        _check_range(f"{prefix}.warmup_steps", self.warmup_steps, 0, None)
+
+
+def _default_weights() -> dict[str, float]:
+    from grpo_playground.rewards import DEFAULT_WEIGHTS
+
+    return dict(DEFAULT_WEIGHTS)
+
+
+@dataclass
+class RewardSettings:
+    weights: dict[str, float] = field(default_factory=_default_weights, metadata=_help(
+        "Enabled reward functions (names from the rewards registry) and their weights; GRPO sums them."))
+    tags: Tags = field(default_factory=Tags, metadata=_help(
+        "The four format tags, shared by the data, the chat template and the rewards."))
+
+    def validate(self, prefix: str = "rewards") -> None:
+        from grpo_playground.rewards import REWARDS
+
+        if not any(w != 0 for w in self.weights.values()):
+            raise ConfigError(f"{prefix}.weights", self.weights,
+                              f"enable at least one reward with a non-zero weight, e.g. {_default_weights()}")
+        for name in self.weights:
+            if name not in REWARDS:
+                raise ConfigError(f"{prefix}.weights", name,
+                                  f"unknown reward{_did_you_mean(name, REWARDS)}; registered: {', '.join(REWARDS)}")
+
+
+@dataclass
+class Tracking:
+    swanlab: str = field(default="auto", metadata=_help(
+        "SwanLab mode: auto (online when SWANLAB_API_KEY is set, else offline into the run folder for a later "
+        "`swanlab sync`), offline, online, local (needs swanlab[dashboard]), disabled.", choices=SWANLAB_MODES))
+    project: str = field(default="grpo-playground", metadata=_help("SwanLab project name."))
+
+    def validate(self, prefix: str = "tracking") -> None:
+        _check_choice(f"{prefix}.swanlab", self.swanlab, SWANLAB_MODES)
+        if not self.project.strip():
+            raise ConfigError(f"{prefix}.project", self.project, "give a project name")
+
+
+@dataclass
+class Hardware:
+    num_gpus: int = field(default=1, metadata=_help(
+        "GPUs for `accelerate launch` (1 = a plain process). Generation batches must divide across them."))
+    cpu_threads: int = field(default=1, metadata=_help(
+        "torch threads on CPU (1: on a shared 2-core machine more threads made steps 50-300x slower)."))
+
+    def validate(self, prefix: str = "hardware") -> None:
+        _check_range(f"{prefix}.num_gpus", self.num_gpus, 1, 64)
+        _check_range(f"{prefix}.cpu_threads", self.cpu_threads, 1, 256)
+
+
+SECTIONS = {"model": ModelConfig, "data": DataConfig, "lora": LoraSettings, "sft": SFTStage, "grpo": GRPOStage,
+            "rewards": RewardSettings, "tracking": Tracking, "hardware": Hardware}
+
+
+@dataclass
+class RunConfig:
+    name: str = field(default="run", metadata=_help("Run name: the prefix of the run folder and the SwanLab experiment."))
+    model: ModelConfig = field(default_factory=ModelConfig, metadata=_help("Which model and how to load it."))
+    data: DataConfig = field(default_factory=DataConfig, metadata=_help("Where SFT, GRPO and eval examples come from."))
+    lora: LoraSettings = field(default_factory=LoraSettings, metadata=_help("LoRA adapter shared by both stages."))
+    sft: SFTStage = field(default_factory=SFTStage, metadata=_help("Stage 1: supervised fine-tuning on the format."))
+    grpo: GRPOStage = field(default_factory=GRPOStage, metadata=_help("Stage 2: GRPO on correctness."))
+    rewards: RewardSettings = field(default_factory=RewardSettings, metadata=_help("Reward functions and tags."))
+    tracking: Tracking = field(default_factory=Tracking, metadata=_help("Experiment tracking (SwanLab)."))
+    hardware: Hardware = field(default_factory=Hardware, metadata=_help("Processes and threads."))
+
+    def validate(self) -> "RunConfig":
+        if not self.name.strip() or len(self.name) > 80 or any(c in self.name for c in "/\\\0"):
+            raise ConfigError("name", self.name, "use 1-80 characters without slashes, e.g. 'tiny-cpu'")
+        for section in SECTIONS:
+            getattr(self, section).validate(section)
+        if not (self.sft.enabled or self.grpo.enabled):
+            raise ConfigError("sft.enabled", False, "enable at least one stage (sft.enabled or grpo.enabled)")
+        if self.grpo.max_completion_length >= self.model.max_seq_length:
+            raise ConfigError("grpo.max_completion_length", self.grpo.max_completion_length,
+                              f"must stay below model.max_seq_length ({self.model.max_seq_length}) to leave room "
+                              "for the prompt: lower it or raise max_seq_length")
+        return self
+
+    # The YAML round trip lives in recipe_io; these are the object-level doors the UI uses.
+    def to_dict(self) -> dict:
+        from grpo_playground.config.recipe_io import config_to_dict
+
+        return config_to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RunConfig":
+        from grpo_playground.config.recipe_io import config_from_dict
+
+        return config_from_dict(data)
+
+
+def section_fields(section_cls) -> list[str]:
+    return [f.name for f in fields(section_cls)]
+
+
+def _did_you_mean(name: str, candidates) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.5)
+    return f" (did you mean '{close[0]}'?)" if close else ""

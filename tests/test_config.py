@@ -1,0 +1,143 @@
+"""RunConfig: shipped recipes load, round trips are lossless, bad values fail with the field, value and a fix."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from grpo_playground.config import (
+    LOSS_TYPES,
+    SECTIONS,
+    ConfigError,
+    RunConfig,
+    apply_overrides,
+    config_from_dict,
+    load_recipe,
+    save_recipe,
+)
+
+RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"))
+
+
+def test_every_field_has_help_text():
+    # The Training tab builds its form from these: a field without help is a blank label there.
+    for cls in [RunConfig, *SECTIONS.values()]:
+        for f in fields(cls):
+            assert f.metadata.get("help"), f"{cls.__name__}.{f.name} has no help text"
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
+def test_shipped_recipe_round_trips(path, tmp_path):
+    cfg = load_recipe(path)
+    save_recipe(cfg, tmp_path / "again.yaml")
+    assert load_recipe(tmp_path / "again.yaml") == cfg
+    assert RunConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_shipped_recipes_exist():
+    assert {p.stem for p in RECIPES} >= {"qwen3-8b", "tiny-cpu", "smollm2"}
+
+
+def test_seed_recipe_keeps_the_seed_numbers():
+    cfg = load_recipe(next(p for p in RECIPES if p.stem == "qwen3-8b"))
+    assert (cfg.sft.learning_rate, cfg.sft.epochs, cfg.sft.warmup_steps) == (2e-4, 2.0, 5)
+    assert (cfg.grpo.learning_rate, cfg.grpo.beta, cfg.grpo.loss_type) == (5e-6, 0.04, "dr_grpo")
+    assert (cfg.grpo.temperature, cfg.grpo.num_generations, cfg.grpo.max_completion_length) == (0.9, 8, 1024)
+    assert (cfg.lora.r, cfg.lora.alpha, cfg.lora.seed, len(cfg.lora.target_modules)) == (32, 64, 3407, 7)
+    assert cfg.model.load_in_4bit and not cfg.model.sft_load_in_4bit and cfg.model.gpu_memory_utilization == 0.7
+
+
+def test_non_default_values_survive_the_round_trip(tmp_path):
+    cfg = RunConfig(name="x")
+    cfg.grpo.loss_type = "cispo"
+    cfg.grpo.learning_rate = 3e-7
+    cfg.data.levels = [2, 3]
+    cfg.data.n_sft = None
+    cfg.rewards.weights = {"check_answer": 2.5}
+    cfg.lora.target_modules = ["q_proj", "v_proj"]
+    save_recipe(cfg, tmp_path / "r.yaml")
+    assert load_recipe(tmp_path / "r.yaml") == cfg
+
+
+@pytest.mark.parametrize("loss", LOSS_TYPES)
+def test_all_trl_loss_types_accepted(loss):
+    assert config_from_dict({"grpo": {"loss_type": loss}}).grpo.loss_type == loss
+
+
+@pytest.mark.parametrize(
+    "data, path, words",
+    [
+        # a typo in a key names the closest valid key
+        ({"grpo": {"learnig_rate": 1e-5}}, "grpo.learnig_rate", "learning_rate"),
+        ({"gpro": {}}, "gpro", "grpo"),
+        # a value out of its choices lists them
+        ({"grpo": {"loss_type": "ppo"}}, "grpo.loss_type", "dr_grpo"),
+        ({"model": {"backend": "vllm"}}, "model.backend", "unsloth"),
+        # numbers: wrong type, out of range
+        ({"grpo": {"num_generations": 1}}, "grpo.num_generations", "at least 2"),
+        ({"grpo": {"learning_rate": "fast"}}, "grpo.learning_rate", "number"),
+        ({"sft": {"max_steps": 0}}, "sft.max_steps", "-1"),
+        ({"grpo": {"temperature": 0}}, "grpo.temperature", "0.9"),
+        # cross-field: completion must leave room for the prompt
+        ({"grpo": {"max_completion_length": 4096}}, "grpo.max_completion_length", "max_seq_length"),
+        # an unregistered reward names the registry
+        ({"rewards": {"weights": {"check_answr": 1.0}}}, "rewards.weights", "check_answer"),
+        ({"rewards": {"weights": {"check_answer": 0.0}}}, "rewards.weights", "non-zero"),
+        ({"rewards": {"tags": {"solution_start": ""}}}, "rewards.tags", "empty"),
+        ({"sft": {"enabled": False}, "grpo": {"enabled": False}}, "sft.enabled", "at least one stage"),
+        ({"name": "a/b"}, "name", "slashes"),
+    ],
+)
+def test_validation_errors_name_field_value_and_fix(data, path, words):
+    with pytest.raises(ConfigError) as err:
+        config_from_dict(data)
+    assert err.value.path == path
+    assert words in str(err.value)
+
+
+def test_yaml_exponent_without_dot_is_a_number(tmp_path):
+    # PyYAML reads 2e-4 as a string; users write it that way.
+    (tmp_path / "r.yaml").write_text("sft:\n  learning_rate: 2e-4\n")
+    assert load_recipe(tmp_path / "r.yaml").sft.learning_rate == 2e-4
+
+
+def test_bad_files_have_clear_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_recipe(tmp_path / "missing.yaml")
+    (tmp_path / "bad.yaml").write_text("model: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_recipe(tmp_path / "bad.yaml")
+    (tmp_path / "big.yaml").write_text("#" * 300_000)
+    with pytest.raises(ConfigError, match="larger than"):
+        load_recipe(tmp_path / "big.yaml")
+
+
+def test_generation_batch_adjusted_to_num_generations():
+    cfg = RunConfig()
+    cfg.grpo.per_device_batch_size, cfg.grpo.num_generations = 1, 8
+    per_device, note = cfg.grpo.generation_batch()
+    assert per_device == 8 and "does not divide" in note
+    cfg.grpo.per_device_batch_size, cfg.grpo.grad_accum = 3, 2
+    per_device, note = cfg.grpo.generation_batch(num_processes=2)
+    assert (per_device * 2 * 2) % 8 == 0 and per_device == 4
+    cfg.grpo.per_device_batch_size, cfg.grpo.grad_accum = 16, 1
+    assert cfg.grpo.generation_batch() == (16, "")
+
+
+def test_overrides():
+    cfg = apply_overrides(RunConfig(), ["grpo.max_steps=7", "grpo.learning_rate=1e-4", "name=abc"])
+    assert (cfg.grpo.max_steps, cfg.grpo.learning_rate, cfg.name) == (7, 1e-4, "abc")
+    with pytest.raises(ConfigError, match="section.key=value"):
+        apply_overrides(RunConfig(), ["max_steps"])
+
+
+def test_config_module_does_not_import_torch():
+    import subprocess
+
+    code = "import sys, grpo_playground.config as c; c.RunConfig().validate(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")})
+    assert out.stdout.strip() == "False"
