@@ -136,3 +136,16 @@ def test_hub_offline_error_names_alternatives(monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     with pytest.raises(RuntimeError, match=r"offline.*generator:train"):
         load_examples("hub:openai/gsm8k", n=2)
+
+
+def test_generator_source_levels_and_solutions():
+    result = load_examples("generator:test?levels=1-2", n=20, with_solution=True, seed=3)
+    assert len(result.examples) == 20 and result.skipped == {}
+    assert {e["level"] for e in result.examples} <= {1, 2}
+    for example in result.examples:
+        assert example["completion"][0]["content"].endswith(f"<SOLUTION>{example['answer']}</SOLUTION>")
+    # same seed, same problems; the other split shares none of them
+    again = load_examples("generator:test?levels=1-2", n=20, seed=3)
+    assert [e["problem"] for e in again.examples] == [e["problem"] for e in result.examples]
+    train = {e["problem"] for e in load_examples("generator:train?levels=1-2", n=200, seed=3).examples}
+    assert not train & {e["problem"] for e in result.examples}

@@ -79,12 +79,14 @@ def _adapt_rows(rows: Iterable, adapter, needed, source: str, n: int | None, tag
 def _generator_examples(source: SourceSpec, n: int, tags: Tags, with_solution: bool, seed: int) -> LoadResult:
     from grpo_playground.data import generator
 
-    levels = parse_levels(source.options["levels"]) if "levels" in source.options else None
+    levels = parse_levels(source.options["levels"]) if "levels" in source.options else generator.LEVELS
     problems = generator.generate_problems(n, split=source.target, seed=seed, levels=levels)
     examples = []
     for problem in problems:
         completion = generator.format_solution(problem, tags) if with_solution else None
-        answer = normalize_number(str(problem.answer))
+        answer = normalize_number(problem.answer)
+        if answer is None:  # a generator bug, not a data row to skip
+            raise ValueError(f"generator answer {problem.answer!r} is not a plain number ({problem.question!r})")
         examples.append(make_example(problem.question, answer, str(source), tags, completion, problem.level))
     return LoadResult(examples, {}, len(problems))
 
