@@ -1,0 +1,296 @@
+"""Custom reward sandbox: run a reward function pasted by the user in a separate, limited process.
+
+    from grpo_playground.rewards.custom import custom_reward_enabled, run_custom_reward
+    if custom_reward_enabled():        # GRPO_PLAYGROUND_ALLOW_CUSTOM_REWARD=1, off by default
+        result = run_custom_reward(code, ["<SOLUTION>4</SOLUTION>", "five"], "4")
+        result.scores, result.error, result.stdout, result.timed_out, result.memory_exceeded
+
+The code runs in a fresh `python -I custom_worker.py` (exec'd, never a fork of the app), in its own
+session, with a minimal environment, a fresh temp dir as cwd, rlimits on CPU, address space, file size
+and process count (zero: no fork, no threads), a wall-clock limit, and captured, truncated output. As
+root it drops to uid 65534. Where the kernel allows unprivileged namespaces it also gets its own user,
+pid, network and mount namespaces: no network, a read-only filesystem, and the app's processes out of
+sight. docs/custom_rewards.md says plainly what this does NOT stop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ENABLE_ENV = "GRPO_PLAYGROUND_ALLOW_CUSTOM_REWARD"
+MAX_CODE_CHARS = 20_000
+MAX_COMPLETIONS = 64
+MAX_INPUT_CHARS = 200_000
+MAX_REPLY_BYTES = 256 * 1024  # 64 floats plus an error message fit many times over
+WORKER = Path(__file__).with_name("custom_worker.py")
+NOBODY = 65534  # uid/gid a root app drops to: root ignores RLIMIT_NPROC and may write anywhere
+NAMESPACE_ARGS = ["--user", "--map-root-user", "--mount", "--pid", "--fork", "--net", "--mount-proc",
+                  "--kill-child"]
+
+EXAMPLE_REWARD = '''\
+import re
+
+def reward(completions, answer, **kwargs):
+    """1.0 when the last number in the completion equals the gold answer, else 0.0.
+
+    completions: list[str]; answer: list[str], one gold answer per completion (as TRL passes columns).
+    """
+    scores = []
+    for text, gold in zip(completions, answer):
+        numbers = re.findall(r"-?\\d+(?:\\.\\d+)?", text.replace(",", ""))
+        scores.append(1.0 if numbers and float(numbers[-1]) == float(gold) else 0.0)
+    return scores
+'''
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """Resource limits of one sandboxed call (one group of completions)."""
+
+    wall_seconds: float = dataclasses.field(default=2.0, metadata={"help": "wall-clock limit per group, at most 2"})
+    cpu_seconds: int = dataclasses.field(default=2, metadata={"help": "RLIMIT_CPU of the reward process"})
+    memory_mb: int = dataclasses.field(default=256, metadata={"help": "RLIMIT_AS (address space) in MB"})
+    file_mb: int = dataclasses.field(default=1, metadata={"help": "largest file it may write (RLIMIT_FSIZE), MB"})
+    output_chars: int = dataclasses.field(default=10_000, metadata={"help": "captured stdout+stderr kept"})
+    namespaces: bool = dataclasses.field(
+        default=True, metadata={"help": "also isolate with Linux namespaces when the kernel allows it"})
+
+    def __post_init__(self):
+        if not 0 < self.wall_seconds <= 2.0:
+            raise ValueError(f"wall_seconds={self.wall_seconds}: use a value in (0, 2] (at most 2 s per group)")
+        if not 1 <= self.cpu_seconds <= 10:
+            raise ValueError(f"cpu_seconds={self.cpu_seconds}: use 1..10")
+        if not 64 <= self.memory_mb <= 4096:
+            raise ValueError(f"memory_mb={self.memory_mb}: use 64..4096 (Python itself needs ~30 MB)")
+        if not 1 <= self.file_mb <= 64:
+            raise ValueError(f"file_mb={self.file_mb}: use 1..64")
+        if not 100 <= self.output_chars <= 1_000_000:
+            raise ValueError(f"output_chars={self.output_chars}: use 100..1,000,000")
+
+
+@dataclasses.dataclass
+class CustomRewardResult:
+    scores: list[float] | None  # one finite float per completion, or None on any failure
+    error: str | None  # what went wrong and how to fix it, or None
+    stdout: str  # what the code printed (stdout and stderr together), truncated to Limits.output_chars
+    timed_out: bool
+    memory_exceeded: bool
+    isolation: str = ""  # the protections this call actually ran under, in words
+
+
+def custom_reward_enabled() -> bool:
+    """Whether the app's owner allowed running pasted code (a public Space must not run strangers' code)."""
+    return os.environ.get(ENABLE_ENV, "").strip() == "1"
+
+
+def run_custom_reward(code: str, completions: list[str], answer: str, limits: Limits = Limits()) -> CustomRewardResult:
+    """Score `completions` with the user's `def reward(completions, answer, **kwargs)` in the sandbox."""
+    problem = _input_problem(code, completions, answer)
+    if problem:
+        return CustomRewardResult(None, problem, "", False, False)
+    drop_to_nobody = os.geteuid() == 0
+    request = {"code": code, "completions": list(completions), "answer": answer}
+    try:
+        namespaced = limits.namespaces and _namespaces_work(drop_to_nobody)
+        result = _run_worker(request, limits, namespaced, drop_to_nobody)
+    except (OSError, RuntimeError) as exc:  # a deployment problem, not the user's code
+        return CustomRewardResult(None, f"could not start the reward sandbox: {exc}", "", False, False)
+    result.isolation = _describe_isolation(limits, namespaced, drop_to_nobody)
+    return result
+
+
+def _input_problem(code, completions, answer) -> str | None:
+    if not custom_reward_enabled():
+        return (f"custom reward code is disabled on this server. Its owner can enable it by starting the app "
+                f"with {ENABLE_ENV}=1 (only do this where you trust everyone who can reach the app).")
+    if not isinstance(code, str) or not code.strip():
+        return "no code given: paste a Python function `def reward(completions, answer, **kwargs)`."
+    if len(code) > MAX_CODE_CHARS:
+        return f"the code has {len(code):,} characters; the limit is {MAX_CODE_CHARS:,}. Shorten it."
+    if not isinstance(completions, (list, tuple)) or not all(isinstance(c, str) for c in completions):
+        return "completions must be a list of strings."
+    if not 1 <= len(completions) <= MAX_COMPLETIONS:
+        return f"got {len(completions)} completions; give 1 to {MAX_COMPLETIONS}."
+    size = sum(map(len, completions)) + len(answer if isinstance(answer, str) else "")
+    if size > MAX_INPUT_CHARS:
+        return f"the completions and answer hold {size:,} characters; the limit is {MAX_INPUT_CHARS:,}."
+    if not isinstance(answer, str):
+        return f"answer must be a string, got {type(answer).__name__}."
+    return None
+
+
+def _run_worker(request: dict, limits: Limits, namespaced: bool, drop_to_nobody: bool) -> CustomRewardResult:
+    workdir = tempfile.mkdtemp(prefix="grpo-reward-")
+    result_r, result_w = os.pipe()
+    try:
+        if drop_to_nobody:
+            os.chown(workdir, NOBODY, NOBODY)
+        # -I: no env vars, no user site; -S: no site-packages, so the code sees the standard library only,
+        # the same on every deployment. The worker's source goes on the command line: nothing to read.
+        cmd = [_interpreter(drop_to_nobody), "-I", "-S", "-c", WORKER.read_text(), str(result_w),
+               str(int(namespaced)), str(limits.cpu_seconds), str(limits.memory_mb), str(limits.file_mb)]
+        if namespaced:
+            cmd = [shutil.which("unshare"), *NAMESPACE_ARGS, "--", *cmd]
+        ids = {"user": NOBODY, "group": NOBODY, "extra_groups": []} if drop_to_nobody else {}
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=workdir,
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir},
+            pass_fds=(result_w,), start_new_session=True, **ids)
+        os.close(result_w)
+        result_w = -1
+        try:
+            output, reply, timed_out = _exchange(proc, json.dumps(request).encode(), result_r, limits)
+        finally:
+            _kill_group(proc)
+        return _interpret(proc.returncode, output, reply, timed_out, len(request["completions"]), limits)
+    finally:
+        os.close(result_r)
+        if result_w >= 0:
+            os.close(result_w)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _exchange(proc: subprocess.Popen, request: bytes, result_r: int, limits: Limits):
+    """Feed the request, collect output and reply, all under one deadline, keeping bounded amounts."""
+    deadline = time.monotonic() + limits.wall_seconds
+    output, reply = bytearray(), bytearray()
+    out_cap = limits.output_chars * 4 + 4  # UTF-8 bytes for output_chars characters
+    output_seen = 0
+    sel = selectors.DefaultSelector()
+    os.set_blocking(proc.stdin.fileno(), False)
+    sel.register(proc.stdin, selectors.EVENT_WRITE, "in")
+    sel.register(proc.stdout, selectors.EVENT_READ, "out")
+    sel.register(result_r, selectors.EVENT_READ, "reply")
+    pending = memoryview(request)
+    while sel.get_map():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return _truncate(output, output_seen, limits), bytes(reply), True
+        for key, _ in sel.select(remaining):
+            if key.data == "in":
+                try:
+                    pending = pending[os.write(key.fd, pending[:65536]):]
+                except BrokenPipeError:
+                    pending = pending[:0]
+                if not pending:
+                    sel.unregister(key.fileobj)
+                    proc.stdin.close()
+                continue
+            chunk = os.read(key.fd, 65536)
+            if not chunk:
+                sel.unregister(key.fileobj)
+            elif key.data == "out":
+                output_seen += len(chunk)
+                output += chunk[: max(0, out_cap - len(output))]
+            elif len(reply) + len(chunk) <= MAX_REPLY_BYTES:
+                reply += chunk
+            else:
+                return _truncate(output, output_seen, limits), b"oversized", False
+    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+    return _truncate(output, output_seen, limits), bytes(reply), False
+
+
+def _truncate(output: bytearray, seen: int, limits: Limits) -> str:
+    text = output.decode("utf-8", errors="replace")
+    if len(text) > limits.output_chars or seen > len(output):
+        text = text[: limits.output_chars] + f"\n... [output truncated: {seen:,} bytes in all]"
+    return text
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the worker's whole process group (it is the group leader), then reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # already gone (its group died with it)
+    proc.wait()
+
+
+def _interpret(returncode, output, reply, timed_out, n, limits) -> CustomRewardResult:
+    def fail(error, memory=False):
+        return CustomRewardResult(None, error, output, timed_out, memory)
+
+    if timed_out:
+        return fail(f"timed out: the reward did not finish within {limits.wall_seconds:g} s (wall clock). "
+                    f"Look for an infinite loop or slow code; a group must be scored in under {limits.wall_seconds:g} s.")
+    if not reply:
+        if returncode in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
+            return fail(f"CPU time limit exceeded ({limits.cpu_seconds} s): make the reward cheaper.")
+        return fail(f"the reward process ended (exit status {returncode}) without returning scores. "
+                    "Did the code exit, kill a process or close file descriptors? Return a list instead.")
+    try:
+        data = json.loads(reply)
+        assert isinstance(data, dict)
+    except (ValueError, AssertionError):
+        return fail("the reward process sent an unreadable reply. Do not write to file descriptors directly.")
+    if data.get("error"):
+        return fail(str(data["error"])[:4000], bool(data.get("memory_exceeded")))
+    scores = data.get("scores")
+    if not isinstance(scores, list) or len(scores) != n:
+        got = len(scores) if isinstance(scores, list) else type(scores).__name__
+        return fail(f"`reward` returned {got} scores for {n} completions: return exactly one float per completion.")
+    for i, s in enumerate(scores):
+        if isinstance(s, str):  # the worker spells NaN and infinities as text
+            return fail(f"score {i} is {s}: every score must be a finite number.")
+        if isinstance(s, bool) or not isinstance(s, (int, float)):
+            return fail(f"score {i} is {type(s).__name__}: every score must be a finite number.")
+    return CustomRewardResult([float(s) for s in scores], None, output, False, False)
+
+
+def _runnable_by_others(path: str) -> bool:
+    """World-executable file under world-searchable folders: uid 65534 can start it."""
+    path = os.path.realpath(path)
+    if not os.stat(path).st_mode & 0o001:
+        return False
+    folder = os.path.dirname(path)
+    while folder != "/":
+        if not os.stat(folder).st_mode & 0o001:
+            return False
+        folder = os.path.dirname(folder)
+    return True
+
+
+@functools.cache
+def _interpreter(drop_to_nobody: bool) -> str:
+    """The app's own Python, or, when uid 65534 cannot run it (e.g. a pyenv under /root), a system python3."""
+    if not drop_to_nobody:
+        return sys.executable
+    for candidate in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.path.exists(candidate) and _runnable_by_others(candidate):
+            return candidate
+    raise RuntimeError(f"no Python that uid {NOBODY} may run: install python3 system-wide, or run the app as "
+                       "a non-root user.")
+
+
+@functools.cache
+def _namespaces_work(drop_to_nobody: bool) -> bool:
+    """Probe once: does a namespaced worker start and score here? (Docker's default seccomp forbids it.)"""
+    if not shutil.which("unshare") or not sys.platform.startswith("linux"):
+        return False
+    probe = {"code": "def reward(completions, answer, **kw):\n    return [1.0] * len(completions)\n",
+             "completions": ["x"], "answer": "1"}
+    result = _run_worker(probe, Limits(), True, drop_to_nobody)
+    return result.scores == [1.0]
+
+
+def _describe_isolation(limits: Limits, namespaced: bool, drop_to_nobody: bool) -> str:
+    parts = [f"separate process (python -I -S), wall {limits.wall_seconds:g} s, CPU {limits.cpu_seconds} s, "
+             f"memory {limits.memory_mb} MB, files {limits.file_mb} MB, no child processes, minimal environment"]
+    if drop_to_nobody:
+        parts.append(f"runs as uid {NOBODY}")
+    if namespaced:
+        parts.append("own namespaces: read-only filesystem, private /tmp, no network, app processes invisible")
+    else:
+        parts.append("no namespaces: network and world-writable folders reachable (see docs/custom_rewards.md)")
+    return "; ".join(parts)

@@ -1,0 +1,126 @@
+"""Runs ONE user-written reward function inside the sandbox. Started only by `custom.run_custom_reward`.
+
+    python -I -S -c "$(cat custom_worker.py)" RESULT_FD NAMESPACED CPU_S MEMORY_MB FILE_MB
+
+Standard library only (any Python >= 3.9), never imported by the app: its source is run by a fresh python.
+Protocol: one JSON request on stdin {"code", "completions", "answer"}; one JSON reply written to the
+inherited pipe RESULT_FD: {"scores": [...]} or {"error": str, "memory_exceeded": bool}. Whatever the user
+code prints goes to stdout/stderr, which the app captures and truncates.
+"""
+
+import ctypes
+import json
+import linecache
+import math
+import numbers
+import os
+import resource
+import sys
+import traceback
+
+# mount(2) flags (linux/mount.h); the statvfs ST_* bits below have the same values as their MS_* twins.
+MS_RDONLY, MS_REMOUNT, MS_BIND = 1, 32, 4096
+KEEP_FLAGS = os.ST_NOSUID | os.ST_NODEV | os.ST_NOEXEC | os.ST_NOATIME | os.ST_NODIRATIME | os.ST_RELATIME
+FILENAME = "<reward>"
+MAX_ERROR_CHARS = 4000
+
+
+def make_filesystem_read_only(scratch_mb: int) -> None:
+    """Inside our own user+mount namespace: every mount read-only, then a small private tmpfs as /tmp and cwd.
+
+    Locked flags (nosuid, nodev...) must be kept on a remount inside a user namespace, hence KEEP_FLAGS.
+    Any failure aborts the run: a half read-only view would be a false promise.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open("/proc/self/mounts") as f:
+        targets = {line.split()[1].encode().decode("unicode_escape") for line in f}
+    for target in sorted(targets):
+        try:
+            flags = os.statvfs(target).f_flag
+        except OSError:
+            continue  # a mount we cannot even stat cannot be written through either
+        if flags & os.ST_RDONLY:
+            continue
+        rc = libc.mount(None, target.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | (flags & KEEP_FLAGS), None)
+        if rc != 0:
+            raise OSError(ctypes.get_errno(), f"cannot remount {target} read-only")
+    rc = libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 0, f"size={scratch_mb}m,mode=0700".encode())
+    if rc != 0:
+        raise OSError(ctypes.get_errno(), "cannot mount a private /tmp")
+    os.makedirs("/tmp/work")
+    os.chdir("/tmp/work")
+    os.environ["HOME"] = os.environ["TMPDIR"] = "/tmp/work"
+
+
+def set_limits(cpu_s: int, memory_mb: int, file_mb: int) -> None:
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+    resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (file_mb << 20, file_mb << 20))
+    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))  # no fork, no threads: no fork bomb
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def user_traceback(exc: BaseException) -> str:
+    """The traceback from the first frame of the user's code on: the worker's own frames are noise."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != FILENAME:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb)).strip()
+
+
+def score(request: dict) -> dict:
+    code, completions = request["code"], request["completions"]
+    linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)  # source lines in tracebacks
+    try:
+        compiled = compile(code, FILENAME, "exec")
+    except SyntaxError as exc:
+        return {"error": f"syntax error on line {exc.lineno}: {exc.msg}. Fix the code and try again."}
+    namespace = {"__name__": "reward_module"}
+    exec(compiled, namespace)
+    fn = namespace.get("reward")
+    if not callable(fn):
+        return {"error": "no function named `reward` found: define `def reward(completions, answer, **kwargs):` "
+                         "returning one float per completion."}
+    # TRL passes each dataset column as a list with one entry per completion: so do we.
+    scores = fn(completions=list(completions), answer=[request["answer"]] * len(completions))
+    if not isinstance(scores, (list, tuple)):
+        return {"error": f"`reward` returned {type(scores).__name__}; it must return a list of "
+                         f"{len(completions)} floats, one per completion."}
+    out = []
+    for i, s in enumerate(scores):
+        if isinstance(s, bool) or not isinstance(s, numbers.Real):
+            return {"error": f"score {i} is {type(s).__name__} ({s!r:.80}); every score must be a number."}
+        out.append(float(s))
+    return {"scores": [s if math.isfinite(s) else repr(s) for s in out]}
+
+
+def main() -> None:
+    result_fd, namespaced, cpu_s, memory_mb, file_mb = (int(a) for a in sys.argv[1:6])
+    request = json.loads(sys.stdin.read())
+    if namespaced:
+        make_filesystem_read_only(file_mb)
+    sys.stdout.flush()
+    # An intermediate launcher: the user's code runs in a child, so its parent is this process, not the app.
+    pid = os.fork()
+    if pid:
+        _, status = os.waitpid(pid, 0)
+        os._exit(os.waitstatus_to_exitcode(status) % 256)
+    # The child stays in the launcher's process group: the app's timeout kills the whole group.
+    sys.stdout.reconfigure(line_buffering=True)  # prints made before a timeout still reach the app
+    try:
+        set_limits(cpu_s, memory_mb, file_mb)
+        reply = score(request)
+    except MemoryError:
+        reply = {"error": f"memory limit exceeded ({memory_mb} MB).", "memory_exceeded": True}
+    except BaseException as exc:  # the user's error, reported to the user: nothing here is the app's
+        reply = {"error": user_traceback(exc)[-MAX_ERROR_CHARS:]}
+    data = json.dumps(reply).encode()
+    with os.fdopen(result_fd, "wb") as f:
+        f.write(data)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
