@@ -1,0 +1,39 @@
+"""UI side of training jobs: run folders, child processes (start / stop / resume), the queue, live files.
+
+No torch here: the UI imports this package. The job itself is `python -m pipelines.train` run by
+`python -m grpo_playground.jobs.launcher` in its own session (see docs/ARCHITECTURE.md, "Jobs").
+"""
+
+from grpo_playground.jobs.control import (
+    OWNER_TOKEN_ENV,
+    STAGES,
+    check_owner,
+    create_run,
+    owner_token_required,
+    resume_run,
+    shell_command,
+    spawn_job,
+    start_run,
+    stop_run,
+    train_command,
+)
+from grpo_playground.jobs.feed import JsonlTail, RunFeed, read_log_tail
+from grpo_playground.jobs.runs import (
+    ACTIVE_STATES,
+    FINAL_STATES,
+    RunInfo,
+    group_members,
+    list_runs,
+    load_run,
+    queue_order,
+    reconcile,
+    run_path,
+    runs_dir,
+)
+
+__all__ = [
+    "ACTIVE_STATES", "FINAL_STATES", "OWNER_TOKEN_ENV", "STAGES", "JsonlTail", "RunFeed", "RunInfo",
+    "check_owner", "create_run", "group_members", "list_runs", "load_run", "owner_token_required",
+    "queue_order", "read_log_tail", "reconcile", "resume_run", "run_path", "runs_dir", "shell_command",
+    "spawn_job", "start_run", "stop_run", "train_command",
+]

@@ -1,0 +1,156 @@
+"""Start, stop and resume training jobs from the UI: each a child process in its own session.
+
+The UI never trains: it writes the run folder, spawns the launcher (grpo_playground.jobs.launcher) with
+stdout/stderr appended to log.txt (a file, never a pipe, so a closed browser cannot block the job), and
+from then on only reads files and sends signals. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from grpo_playground.jobs.runs import (
+    ACTIVE_STATES,
+    JOB_FILE,
+    LOG_FILE,
+    STOP_FILE,
+    RunInfo,
+    group_members,
+    is_alive,
+    load_run,
+    new_run_id,
+    process_start_ticks,
+    reconcile,
+    run_path,
+    runs_dir,
+    write_json_atomic,
+    write_status,
+)
+
+OWNER_TOKEN_ENV = "GRPO_PLAYGROUND_OWNER_TOKEN"
+STAGES = ("all", "sft", "grpo")
+ROOT = Path(__file__).resolve().parents[3]  # the checkout: holds pipelines/ and src/
+RECIPE_FILE = "recipe.yaml"
+
+
+def owner_token_required() -> bool:
+    return bool(os.environ.get(OWNER_TOKEN_ENV))
+
+
+def check_owner(token: str | None) -> None:
+    """Raise PermissionError unless no owner token is configured or `token` matches it (constant time)."""
+    expected = os.environ.get(OWNER_TOKEN_ENV, "")
+    if expected and not hmac.compare_digest((token or "").encode(), expected.encode()):
+        raise PermissionError(
+            "starting, stopping and resuming jobs needs the owner token of this app "
+            f"(env {OWNER_TOKEN_ENV}): type it in the 'Owner token' box; visitors can only watch"
+        )
+
+
+def train_command(run_dir: Path, stage: str = "all", resume: bool = False) -> list[str]:
+    """The CLI that runs a recipe, as the job runs it (and as the tab shows it for copy-paste)."""
+    if stage not in STAGES:
+        raise ValueError(f"stage {stage!r} is unknown: use one of {', '.join(STAGES)}")
+    command = [sys.executable, "-m", "pipelines.train", "--config", str(Path(run_dir) / RECIPE_FILE),
+               "--run-dir", str(run_dir)]
+    if stage != "all":
+        command += ["--stage", stage]
+    return command + (["--resume"] if resume else [])
+
+
+def shell_command(command: list[str]) -> str:
+    return " ".join(shlex.quote(part) for part in ["python", *command[1:]])
+
+
+def create_run(config, name: str | None = None) -> Path:
+    """A new run folder holding recipe.yaml (the RunConfig the job will run) and a status 'created'."""
+    from grpo_playground.config import save_recipe  # the config module validates and writes the YAML
+
+    run_dir = runs_dir() / new_run_id(name or "run")
+    run_dir.mkdir()
+    save_recipe(config, run_dir / RECIPE_FILE)
+    write_status(run_dir, state="created", created=time.time(), step=0, reason="")
+    return run_dir
+
+
+def _check_cli() -> None:
+    if not (ROOT / "pipelines" / "train.py").exists():
+        raise FileNotFoundError(f"{ROOT / 'pipelines' / 'train.py'} is missing: run the app from a full checkout")
+
+
+def _reap(proc: subprocess.Popen) -> None:
+    proc.wait()  # only collects the exit status, so a finished launcher does not linger as a zombie
+
+
+def spawn_job(run_dir: Path, command: list[str], stage: str = "all") -> RunInfo:
+    """Queue `command` as the job of `run_dir`: the launcher runs it in its own session when the training
+    slot is free. start_run and resume_run use this with the training CLI."""
+    run_dir = Path(run_dir)
+    (run_dir / STOP_FILE).unlink(missing_ok=True)
+    (run_dir / JOB_FILE).unlink(missing_ok=True)
+    queued_at = time.time()
+    write_status(run_dir, state="queued", reason="waiting for the training slot")
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH")) if p)
+    launcher = [sys.executable, "-m", "grpo_playground.jobs.launcher", "--run-dir", str(run_dir), "--", *command]
+    with open(run_dir / LOG_FILE, "ab") as log:
+        log.write(f"\n[ui] {time.strftime('%Y-%m-%d %H:%M:%S')} queued: {shell_command(command)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(launcher, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    threading.Thread(target=_reap, args=(proc,), daemon=True).start()
+    write_json_atomic(run_dir / JOB_FILE, {
+        "launcher_pid": proc.pid, "pgid": proc.pid, "start_ticks": process_start_ticks(proc.pid),
+        "queued_at": queued_at, "stage": stage, "command": command,
+    })
+    return load_run(run_dir)
+
+
+def start_run(config, stage: str = "all", token: str | None = None, name: str | None = None) -> RunInfo:
+    """Owner only: create a run from a RunConfig and queue it; returns at once (the job runs on its own)."""
+    check_owner(token)
+    train_command(Path("."), stage)  # validate the stage before creating anything
+    _check_cli()
+    run_dir = create_run(config, name)
+    return spawn_job(run_dir, train_command(run_dir, stage), stage)
+
+
+def resume_run(run_id: str, token: str | None = None) -> RunInfo:
+    """Owner only: run a stopped or failed run again with --resume (its step count continues)."""
+    check_owner(token)
+    info = reconcile(load_run(run_path(run_id)))
+    if info.state in ACTIVE_STATES:
+        raise RuntimeError(f"run {run_id} is {info.state}: stop it before resuming it")
+    if info.state == "finished":
+        raise RuntimeError(f"run {run_id} finished: start a new run (e.g. load its recipe and raise max_steps)")
+    _check_cli()
+    stage = info.job.get("stage") or "all"
+    return spawn_job(info.path, train_command(info.path, stage, resume=True), stage)
+
+
+def stop_run(run_id: str, token: str | None = None) -> RunInfo:
+    """Owner only: ask the job to save and exit (stop.request + SIGTERM); the launcher kills the whole
+    process group after its grace period. If the launcher itself is gone, kill what is left right away."""
+    check_owner(token)
+    info = reconcile(load_run(run_path(run_id)))
+    if info.state not in ACTIVE_STATES:
+        raise RuntimeError(f"run {run_id} is {info.state}, not running: nothing to stop")
+    (info.path / STOP_FILE).write_text(f"{time.time()}\n")
+    launcher_pid = info.job.get("launcher_pid")
+    if is_alive(launcher_pid, info.job.get("start_ticks")):
+        os.kill(launcher_pid, signal.SIGTERM)
+        if info.state == "running":
+            write_status(info.path, state="stopping", reason="stop requested: saving at the next step")
+    else:
+        for pid in group_members(int(info.job.get("pgid") or 0)) if info.job.get("pgid") else []:
+            os.kill(pid, signal.SIGKILL)
+        write_status(info.path, state="stopped", reason="stopped (launcher gone: processes killed)")
+    return load_run(info.path)

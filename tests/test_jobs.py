@@ -1,0 +1,211 @@
+"""The job runner without the UI: launcher, queue, stop, crash reasons, stale states, incremental reading.
+
+Jobs here are small Python programs (the launcher runs any command); the real training CLI is driven
+through the app in tests/test_training_tab.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from grpo_playground.jobs import (
+    JsonlTail,
+    RunFeed,
+    check_owner,
+    group_members,
+    list_runs,
+    load_run,
+    queue_order,
+    reconcile,
+    spawn_job,
+    stop_run,
+)
+from grpo_playground.jobs.launcher import crash_reason
+from grpo_playground.jobs.runs import new_run_id, write_status
+
+
+@pytest.fixture
+def runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
+    monkeypatch.setenv("GRPO_PLAYGROUND_STOP_GRACE_S", "3")
+    return tmp_path
+
+
+def make_run(runs: Path, name: str = "t") -> Path:
+    run_dir = runs / new_run_id(name)
+    run_dir.mkdir()
+    write_status(run_dir, state="created", step=0)
+    return run_dir
+
+
+def job(code: str) -> list[str]:
+    """A job program; it gets the run folder as argv[1]."""
+    return [sys.executable, "-c", textwrap.dedent(code)]
+
+
+def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def state(run_dir: Path) -> str:
+    return reconcile(load_run(run_dir)).state
+
+
+WRITES_METRICS = """
+import json, sys, time, pathlib
+run = pathlib.Path(sys.argv[1])
+for step in range(1, 4):
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"stage": "grpo", "step": step, "reward": step / 2}) + "\\n")
+    time.sleep(0.1)
+"""
+
+
+def test_job_runs_in_its_own_session_and_finishes(runs):
+    run_dir = make_run(runs)
+    info = spawn_job(run_dir, job(WRITES_METRICS) + [str(run_dir)])
+    assert info.job["pgid"] == info.job["launcher_pid"] != os.getpgid(0)  # own process group, not ours
+    wait_for(lambda: state(run_dir) == "finished", what="finished")
+    feed = RunFeed(run_dir)
+    feed.poll()
+    assert [m["step"] for m in feed.metrics] == [1, 2, 3]
+    assert "got the training slot" in (run_dir / "log.txt").read_text()  # output goes to the file
+    wait_for(lambda: not group_members(info.job["pgid"]), what="no process left")
+
+
+def test_crash_marks_failed_with_the_error_line(runs):
+    run_dir = make_run(runs)
+    spawn_job(run_dir, job("raise ValueError('reward weights are all zero')"))
+    wait_for(lambda: state(run_dir) == "failed", what="failed")
+    assert load_run(run_dir).status["reason"] == "ValueError: reward weights are all zero"
+
+
+@pytest.mark.parametrize("log, rc, expected", [
+    # a GPU crash of NaN logits is diagnosed, not left as a stack trace
+    ("RuntimeError: CUDA error: device-side assert triggered\n", 1, "NaN logits"),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n", 1, "out of GPU/CPU memory"),
+    # the last error wins over earlier ones (a retried step)
+    ("KeyError: 'a'\nTraceback (most recent call last):\nTypeError: bad\n", 1, "TypeError: bad"),
+    # SIGKILL without an error line: usually the OOM killer
+    ("step 3\n", -9, "killed by SIGKILL (often the kernel's out-of-memory killer)"),
+    ("", 3, "exited with code 3: see log.txt"),
+])
+def test_crash_reason(tmp_path, log, rc, expected):
+    (tmp_path / "log.txt").write_text(log)
+    assert expected in crash_reason(tmp_path / "log.txt", rc)
+
+
+IGNORES_SIGTERM_WITH_GRANDCHILD = """
+import signal, subprocess, sys, time, pathlib
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+# a grandchild that outlives a careless kill (like a vLLM worker holding GPU memory)
+subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+pathlib.Path(sys.argv[1], "started").write_text("1")
+time.sleep(600)
+"""
+
+
+def test_stop_kills_the_whole_group_after_the_grace_period(runs):
+    run_dir = make_run(runs)
+    info = spawn_job(run_dir, job(IGNORES_SIGTERM_WITH_GRANDCHILD) + [str(run_dir)])
+    wait_for(lambda: (run_dir / "started").exists(), what="job start")
+    assert len(group_members(info.job["pgid"])) == 3  # launcher, job, grandchild
+    stop_run(run_dir.name)
+    assert (run_dir / "stop.request").exists()
+    wait_for(lambda: state(run_dir) == "stopped", timeout=20, what="stopped")
+    assert "killed 3 s after the stop request" in load_run(run_dir).status["reason"]
+    wait_for(lambda: not group_members(info.job["pgid"]), what="no orphan")
+
+
+STOPS_CLEANLY = """
+import json, pathlib, signal, sys, time
+run = pathlib.Path(sys.argv[1])
+stop = []
+signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+(run / "started").write_text("1")
+while not stop and not (run / "stop.request").exists():
+    time.sleep(0.05)
+status = json.loads((run / "status.json").read_text()); status["state"] = "stopped"
+(run / "status.json").write_text(json.dumps(status))
+"""
+
+
+def test_queue_is_fifo_and_a_queued_job_can_be_cancelled(runs):
+    first, second, third = make_run(runs, "a"), make_run(runs, "b"), make_run(runs, "c")
+    spawn_job(first, job(STOPS_CLEANLY) + [str(first)])
+    wait_for(lambda: (first / "started").exists(), what="first job start")
+    spawn_job(second, job(STOPS_CLEANLY) + [str(second)])
+    spawn_job(third, job(STOPS_CLEANLY) + [str(third)])
+    time.sleep(1.5)
+    assert state(second) == state(third) == "queued"  # one job at a time
+    assert [i.path for i in queue_order()] == [second, third]
+    stop_run(third.name)  # leaving the queue
+    wait_for(lambda: state(third) == "stopped", what="queued job cancelled")
+    assert load_run(third).status["reason"] == "stopped while queued"
+    stop_run(first.name)
+    wait_for(lambda: (second / "started").exists(), what="second job takes the slot")
+    assert state(first) == "stopped" and state(second) == "running"
+    assert not (third / "started").exists()
+    stop_run(second.name)
+    wait_for(lambda: state(second) == "stopped", what="second stopped")
+
+
+def test_dead_job_is_marked_failed(runs):
+    run_dir = make_run(runs)
+    info = spawn_job(run_dir, job("import time; time.sleep(600)"))
+    wait_for(lambda: state(run_dir) == "running", what="running")
+    os.killpg(info.job["pgid"], signal.SIGKILL)  # the machine's OOM killer, say: nobody writes a status
+    wait_for(lambda: not group_members(info.job["pgid"]), what="group gone")
+    assert [r.state for r in list_runs()] == ["failed"]
+    assert load_run(run_dir).status["reason"] == "process died"
+
+
+def test_jsonl_tail_keeps_a_partly_written_line_for_later(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "rew')
+    tail = JsonlTail(path)
+    assert [r["step"] for r in tail.read_new()[0]] == [1, 2]
+    with open(path, "a") as f:
+        f.write('ard": 0.5}\n')
+    assert tail.read_new() == ([{"step": 3, "reward": 0.5}], False)
+    assert tail.read_new() == ([], False)  # nothing new: nothing read
+    path.write_text('{"step": 1}\n')  # rewritten (a new attempt): start over
+    assert tail.read_new() == ([{"step": 1}], True)
+
+
+def test_owner_token(monkeypatch):
+    monkeypatch.delenv("GRPO_PLAYGROUND_OWNER_TOKEN", raising=False)
+    check_owner(None)  # no token configured: everyone may start jobs (a local app)
+    monkeypatch.setenv("GRPO_PLAYGROUND_OWNER_TOKEN", "s3cret")
+    check_owner("s3cret")
+    for wrong in (None, "", "s3cre", "s3cret "):
+        with pytest.raises(PermissionError, match="owner token"):
+            check_owner(wrong)
+
+
+def test_run_ids_cannot_escape_the_runs_dir(runs):
+    with pytest.raises(ValueError, match="not valid"):
+        stop_run("../etc")
+    with pytest.raises(FileNotFoundError, match="no run"):
+        stop_run("nope")
+
+
+def test_status_is_written_atomically(runs):
+    run_dir = make_run(runs)
+    write_status(run_dir, state="running", step=7)
+    assert json.loads((run_dir / "status.json").read_text())["step"] == 7
+    assert not list(run_dir.glob(".*tmp"))
