@@ -1,0 +1,104 @@
+"""`evaluate(model, data, n, ...)`: render prompts, generate greedily in batches, score, summarize.
+
+Runs in its own process (pipelines/eval.py), never in the UI. When the model is a run's adapter folder
+(runs/<id>/sft or runs/<id>/grpo), the run's recipe.yaml supplies the tags and the prefill setting it was trained
+with, so the eval prompt is the training prompt.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from grpo_playground.data import load_examples
+from grpo_playground.data.chat_template import render_prompt
+from grpo_playground.eval.backends import make_backend
+from grpo_playground.eval.metrics import score_completion, summarize
+from grpo_playground.tags import DEFAULT_TAGS, Tags
+
+MAX_N = 10_000
+MAX_NEW_TOKENS = 4096
+MAX_BATCH = 512
+
+
+def run_recipe_settings(model: str) -> dict:
+    """Tags and prefill of the run a checkpoint folder belongs to ({} for registry names and plain folders)."""
+    path = Path(model)
+    recipe = next((p / "recipe.yaml" for p in (path, path.parent) if (p / "recipe.yaml").is_file()), None) if path.is_dir() else None
+    if recipe is None:
+        return {}
+    from grpo_playground.config import load_recipe
+
+    config = load_recipe(recipe)
+    return {"tags": config.rewards.tags, "prefill_reasoning": config.data.prefill_reasoning, "recipe": str(recipe)}
+
+
+def _check_bounds(n: int, batch_size: int, max_new_tokens: int) -> None:
+    for name, value, high in (("n", n, MAX_N), ("batch_size", batch_size, MAX_BATCH), ("max_new_tokens", max_new_tokens, MAX_NEW_TOKENS)):
+        if not isinstance(value, int) or not 1 <= value <= high:
+            raise ValueError(f"{name}={value!r}: use an integer between 1 and {high}")
+
+
+def evaluate(
+    model: str,
+    data: str = "generator:test",
+    n: int = 100,
+    batch_size: int = 16,
+    max_new_tokens: int = 256,
+    tags: Tags | None = None,
+    prefill_reasoning: bool | None = None,
+    enable_thinking: bool = False,
+    seed: int = 0,
+    backend: str = "transformers",
+    device: str | None = None,
+    dtype: str | None = None,
+    log=lambda message: print(message, file=sys.stderr, flush=True),
+) -> dict:
+    """Evaluate `model` on the first `n` examples of `data`; returns the summary plus every scored completion.
+
+    tags / prefill_reasoning: None takes the run's recipe when `model` is a run folder, else the defaults
+    (the recipe's tags, prefill on: the RunConfig default).
+    """
+    _check_bounds(n, batch_size, max_new_tokens)
+    from_run = run_recipe_settings(model)
+    tags = tags or from_run.get("tags", DEFAULT_TAGS)
+    prefill = from_run.get("prefill_reasoning", True) if prefill_reasoning is None else prefill_reasoning
+    loaded = load_examples(data, n=n, tags=tags, seed=seed)
+    examples = loaded.examples
+    if not examples:
+        raise ValueError(f"data source {data!r} gave no usable examples ({loaded.summary()})")
+    log(f"eval: {loaded.summary()}")
+
+    started = time.monotonic()
+    engine = make_backend(backend, model, device=device, dtype=dtype)
+    prompts = [render_prompt(engine.tokenizer, e["prompt"], tags, prefill, enable_thinking) for e in examples]
+    # Batches of similar length waste less compute on padding; the order is fixed, so results are reproducible.
+    order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), i))
+    generations = [None] * len(prompts)
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        for i, generation in zip(chunk, engine.generate([prompts[i] for i in chunk], max_new_tokens)):
+            generations[i] = generation
+        log(f"eval: {min(start + batch_size, len(order))}/{len(order)} completions ({time.monotonic() - started:.0f} s)")
+
+    scores = [score_completion(g.text, e["answer"], tags, g.n_tokens, g.truncated) for g, e in zip(generations, examples)]
+    summary = summarize(scores, [e["level"] for e in examples])
+    settings = {
+        "backend": backend, "batch_size": batch_size, "max_new_tokens": max_new_tokens, "prefill_reasoning": prefill,
+        "enable_thinking": enable_thinking, "tags": tags.to_dict(), "seed": seed, "recipe": from_run.get("recipe"),
+    }
+    completions = [
+        {"problem": e["problem"], "answer": e["answer"], "level": e["level"], "text": g.text, **s.to_dict()}
+        for e, g, s in zip(examples, generations, scores)
+    ]
+    return {
+        "model": model, "data": data, **summary, "skipped": loaded.skipped,
+        "seconds": round(time.monotonic() - started, 1), "settings": settings, "example_prompt": prompts[0],
+        "completions": completions,
+    }
+
+
+def summary_line(result: dict) -> dict:
+    """The result without the per-completion detail: what the CLI prints last and the UI tabulates."""
+    return {k: v for k, v in result.items() if k not in ("completions", "example_prompt")}
