@@ -54,7 +54,7 @@ def test_non_default_values_survive_the_round_trip(tmp_path):
     cfg = RunConfig(name="x")
     cfg.grpo.loss_type = "cispo"
     cfg.grpo.learning_rate = 3e-7
-    cfg.data.levels = [2, 3]
+    cfg.data.sft_source = "generator:train?levels=2-3"
     cfg.data.n_sft = None
     cfg.rewards.weights = {"check_answer": 2.5}
     cfg.lora.target_modules = ["q_proj", "v_proj"]
@@ -89,6 +89,8 @@ def test_all_trl_loss_types_accepted(loss):
         ({"rewards": {"tags": {"solution_start": ""}}}, "rewards.tags", "empty"),
         ({"sft": {"enabled": False}, "grpo": {"enabled": False}}, "sft.enabled", "at least one stage"),
         ({"name": "a/b"}, "name", "slashes"),
+        # a bad data source spec carries the data module's own explanation
+        ({"data": {"grpo_source": "generator:dev"}}, "data.grpo_source", "generator:test"),
     ],
 )
 def test_validation_errors_name_field_value_and_fix(data, path, words):

@@ -79,16 +79,14 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     sft_source: str = field(default="generator:train", metadata=_help(
-        "Source spec of the SFT examples (worked solutions in the tag format): generator:train, "
-        "openmath:PATH, file:PATH?question=col&answer=col, hub:ID (needs the hub)."))
+        "Source spec of the SFT examples (worked solutions in the tag format): generator:train (difficulty: "
+        "generator:train?levels=1-3), openmath:PATH, file:PATH?question=col&answer=col&solution=col, hub:ID."))
     grpo_source: str = field(default="generator:train", metadata=_help(
         "Source spec of the GRPO prompts (final answers only): generator:train, gsm8k:PATH.jsonl, dapo:PATH, ..."))
     eval_source: str = field(default="generator:test", metadata=_help(
         "Held-out source spec for pre-flight and evaluation (never trained on)."))
     n_sft: Optional[int] = field(default=None, metadata=_help("Number of SFT examples (empty = all)."))
     n_grpo: Optional[int] = field(default=None, metadata=_help("Number of GRPO prompts (empty = all)."))
-    levels: Optional[list[int]] = field(default=None, metadata=_help(
-        "Keep only problems of these difficulty levels (generator sources carry a level); empty = all."))
     prefill_reasoning: bool = field(default=True, metadata=_help(
         "The chat template opens the assistant turn with the reasoning start tag, so the model never "
         "has to write it (and the rewards do not count it)."))
@@ -98,16 +96,17 @@ class DataConfig:
     seed: int = field(default=0, metadata=_help("Seed of data sampling and shuffling."))
 
     def validate(self, prefix: str = "data") -> None:
+        from grpo_playground.data.spec import parse_spec
+
         for name in ("sft_source", "grpo_source", "eval_source"):
-            spec = getattr(self, name)
-            if ":" not in spec:
-                raise ConfigError(f"{prefix}.{name}", spec, "write a source spec such as 'generator:train'")
+            try:
+                parse_spec(getattr(self, name))
+            except ValueError as exc:
+                raise ConfigError(f"{prefix}.{name}", getattr(self, name), str(exc)) from None
         for name in ("n_sft", "n_grpo"):
             value = getattr(self, name)
             if value is not None:
                 _check_range(f"{prefix}.{name}", value, 1, None, "leave it empty to use every example")
-        if self.levels is not None and not self.levels:
-            raise ConfigError(f"{prefix}.levels", self.levels, "list at least one level, or leave it empty for all")
 
 
 @dataclass
@@ -144,6 +143,8 @@ class SFTStage:
     max_length: int = field(default=2048, metadata=_help("Longest tokenized SFT example; longer ones are truncated."))
     logging_steps: int = field(default=5, metadata=_help("Log metrics every N steps."))
     save_steps: int = field(default=100, metadata=_help("Save a resumable checkpoint every N steps."))
+    max_minutes: Optional[float] = field(default=None, metadata=_help(
+        "Time budget: stop (and save the adapter) after this many minutes even before max_steps; empty = none."))
 
     def validate(self, prefix: str = "sft") -> None:
         _check_range(f"{prefix}.epochs", self.epochs, 0.0, 1000.0)
@@ -157,6 +158,8 @@ class SFTStage:
         for name in ("per_device_batch_size", "grad_accum", "logging_steps", "save_steps"):
             _check_range(f"{prefix}.{name}", getattr(self, name), 1, None)
         _check_range(f"{prefix}.max_length", self.max_length, 16, 131072)
+        if self.max_minutes is not None:
+            _check_range(f"{prefix}.max_minutes", self.max_minutes, 0.01, None, "leave it empty for no time budget")
 
 
 @dataclass
@@ -190,6 +193,8 @@ class GRPOStage:
     weight_decay: float = field(default=0.01, metadata=_help("Weight decay (seed 0.01)."))
     logging_steps: int = field(default=5, metadata=_help("Log metrics and sample completions every N steps (seed 5)."))
     save_steps: int = field(default=50, metadata=_help("Save a resumable checkpoint every N steps."))
+    max_minutes: Optional[float] = field(default=None, metadata=_help(
+        "Time budget: stop (and save the adapter) after this many minutes even before max_steps; empty = none."))
     use_vllm: bool = field(default=True, metadata=_help(
         "Generate with vLLM (colocated) when it is installed and a GPU is present; else model.generate."))
     mask_truncated_completions: bool = field(default=False, metadata=_help(
@@ -229,6 +234,8 @@ class GRPOStage:
         for name in ("per_device_batch_size", "grad_accum", "logging_steps", "save_steps", "preflight_prompts"):
             _check_range(f"{prefix}.{name}", getattr(self, name), 1, None)
         _check_range(f"{prefix}.warmup_steps", self.warmup_steps, 0, None)
+        if self.max_minutes is not None:
+            _check_range(f"{prefix}.max_minutes", self.max_minutes, 0.01, None, "leave it empty for no time budget")
 
 
 def _default_weights() -> dict[str, float]:
