@@ -36,7 +36,7 @@ from grpo_playground.jobs.runs import (
 )
 
 OWNER_TOKEN_ENV = "GRPO_PLAYGROUND_OWNER_TOKEN"
-STAGES = ("all", "sft", "grpo")
+STAGES = ("all", "sft", "grpo", "preflight")  # pipelines.train --stage
 ROOT = Path(__file__).resolve().parents[3]  # the checkout: holds pipelines/ and src/
 RECIPE_FILE = "recipe.yaml"
 

@@ -1,0 +1,195 @@
+"""The run configuration as a Gradio form, built from the RunConfig dataclasses and their help metadata.
+
+Nothing here lists fields by hand: adding a field to grpo_playground.config adds it to the form. Each field
+maps to one component by its annotated type (numbers -> gr.Number, bools -> gr.Checkbox, choices ->
+gr.Dropdown, the reward weights -> a table of every registered reward, tags -> one box per tag).
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+import gradio as gr
+
+from grpo_playground.config import SECTIONS, RunConfig, config_from_dict, config_to_dict, load_recipe
+from grpo_playground.config.recipe_io import MAX_RECIPE_BYTES
+from grpo_playground.rewards import REWARDS
+from grpo_playground.tags import Tags
+
+WEIGHT_COLUMNS = ["reward", "weight", "what it scores"]
+
+
+@dataclass(frozen=True)
+class FormField:
+    name: str
+    kind: str  # bool | int | float | choice | text | int_list | text_list | weights | tag
+    help: str
+    section: str | None = None  # None: a top-level field of RunConfig (the run name)
+    choices: tuple = ()
+    optional: bool = False
+    tag: str | None = None  # for kind "tag": which of the four Tags fields
+
+    @property
+    def label(self) -> str:
+        return self.tag or self.name
+
+    def get(self, data: dict):
+        value = data[self.section][self.name] if self.section else data[self.name]
+        return value[self.tag] if self.tag else value
+
+    def put(self, data: dict, value) -> None:
+        target = data.setdefault(self.section, {}) if self.section else data
+        if self.tag:
+            target.setdefault(self.name, {})[self.tag] = value
+        else:
+            target[self.name] = value
+
+
+def _classify(field, hint) -> FormField | list[FormField]:
+    optional = False
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        optional, hint = True, inner[0]
+    meta = dict(field.metadata)
+    help_text = meta.get("help", "")
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    kw = dict(name=field.name, help=help_text, optional=optional)
+    if hint is Tags:
+        return [FormField(tag=t.name, kind="tag", **kw) for t in fields(Tags)]
+    if origin is typing.Literal or meta.get("choices"):
+        return FormField(kind="choice", choices=tuple(meta.get("choices") or args), **kw)
+    if hint is bool:
+        return FormField(kind="bool", **kw)
+    if hint in (int, float):
+        return FormField(kind=hint.__name__, **kw)
+    if origin is list:
+        return FormField(kind="int_list" if args[0] is int else "text_list", **kw)
+    if origin is dict:
+        return FormField(kind="weights", **kw)
+    return FormField(kind="text", **kw)
+
+
+def form_fields() -> list[FormField]:
+    """Every editable field of RunConfig, in declaration order."""
+    out: list[FormField] = []
+    for f in fields(RunConfig):
+        if f.name in SECTIONS:
+            cls = SECTIONS[f.name]
+            hints = typing.get_type_hints(cls)
+            for sub in fields(cls):
+                got = _classify(sub, hints[sub.name])
+                for item in got if isinstance(got, list) else [got]:
+                    out.append(replace(item, section=f.name))
+        else:
+            out.append(_classify(f, typing.get_type_hints(RunConfig)[f.name]))
+    return out
+
+
+def _component(field: FormField, value):
+    common = dict(label=field.label, info=field.help or None)
+    if field.kind == "bool":
+        return gr.Checkbox(value=value, **common)
+    if field.kind in ("int", "float"):
+        return gr.Number(value=value, precision=0 if field.kind == "int" else None, **common)
+    if field.kind == "choice":
+        return gr.Dropdown(choices=list(field.choices), value=value, **common)
+    if field.kind == "text_list":
+        return gr.Dropdown(choices=list(value or []), value=value, multiselect=True, allow_custom_value=True,
+                           **common)
+    if field.kind == "weights":
+        gr.Markdown(f"**{field.name}**: {field.help} A weight of 0 turns a reward off.")
+        return gr.Dataframe(value=weights_table(value), headers=WEIGHT_COLUMNS, datatype=["str", "number", "str"],
+                            column_count=3, row_count=len(REWARDS), interactive=True,
+                            static_columns=[0, 2], wrap=True, label=field.name)
+    if field.kind == "int_list":
+        return gr.Textbox(value=_list_text(value), placeholder="e.g. 1, 2, 3 (empty = all)", **common)
+    return gr.Textbox(value=value, **common)
+
+
+def build_form(cfg: RunConfig) -> tuple[list[FormField], list]:
+    """Lay the form out (one accordion per section) inside the current Blocks; returns fields and components
+    in the same order, for `values_from_config` / `config_from_values`."""
+    specs = form_fields()
+    data = config_to_dict(cfg)
+    components = []
+    by_section: dict = {}
+    for spec in specs:
+        by_section.setdefault(spec.section, []).append(spec)
+    for section, section_specs in by_section.items():
+        title = section or "run"
+        help_text = next((f.metadata.get("help", "") for f in fields(RunConfig) if f.name == section), "")
+        with gr.Accordion(f"{title}: {help_text}" if help_text else title, open=section in (None, "grpo")):
+            for start in range(0, len(section_specs), 3):
+                with gr.Row():
+                    for spec in section_specs[start : start + 3]:
+                        components.append(_component(spec, spec.get(data)))
+    # components were created section by section: reorder specs the same way
+    ordered = [spec for section_specs in by_section.values() for spec in section_specs]
+    return ordered, components
+
+
+def weights_table(weights: dict) -> list[list]:
+    """One row per registered reward (the registry is the list, not this module): name, weight, description."""
+    return [[name, float(weights.get(name, 0.0)), spec.description] for name, spec in REWARDS.items()]
+
+
+def _list_text(value) -> str:
+    return ", ".join(str(v) for v in value) if value else ""
+
+
+def values_from_config(specs: list[FormField], cfg: RunConfig) -> list:
+    data = config_to_dict(cfg)
+    values = []
+    for spec in specs:
+        value = spec.get(data)
+        if spec.kind == "weights":
+            value = weights_table(value)
+        elif spec.kind == "int_list":
+            value = _list_text(value)
+        values.append(value)
+    return values
+
+
+def _table_rows(value) -> list[list]:
+    if hasattr(value, "values") and hasattr(value, "columns"):  # a pandas DataFrame from the UI
+        return value.values.tolist()
+    if isinstance(value, dict) and "data" in value:  # the API form of a Dataframe
+        return value["data"]
+    return list(value or [])
+
+
+def config_from_values(specs: list[FormField], values: list) -> RunConfig:
+    """Rebuild and validate a RunConfig from form values; raises ConfigError naming the field."""
+    data: dict = {}
+    for spec, value in zip(specs, values):
+        if spec.kind == "weights":
+            value = {str(row[0]): float(row[1]) for row in _table_rows(value)
+                     if row and row[1] not in (None, "") and float(row[1]) != 0}
+        elif spec.kind == "int_list":
+            parts = [p.strip() for p in str(value or "").split(",") if p.strip()]
+            value = parts or None
+        elif spec.kind in ("int", "float") and value is None and not spec.optional:
+            value = _default(spec)
+        spec.put(data, value)
+    return config_from_dict(data)
+
+
+def _default(spec: FormField):
+    """An emptied number box falls back to the field's default rather than failing."""
+    cls = SECTIONS[spec.section] if spec.section else RunConfig
+    return next(f.default for f in fields(cls) if f.name == spec.name)
+
+
+def config_from_yaml_text(text: str) -> RunConfig:
+    """A RunConfig from recipe text (API clients send YAML), with the same checks as a recipe file."""
+    import tempfile
+
+    if len(text.encode()) > MAX_RECIPE_BYTES:
+        raise ValueError(f"the recipe is larger than {MAX_RECIPE_BYTES // 1024} KiB: send a recipe, not data")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "recipe.yaml"
+        path.write_text(text, encoding="utf-8")
+        return load_recipe(path)

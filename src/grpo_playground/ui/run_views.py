@@ -1,0 +1,153 @@
+"""What the Training tab shows of a run, computed from its files: chart frames, progress with ETA, the
+latest sample group, doctor findings, run history. Pure functions over plain records (pandas, no torch),
+so they are tested without a browser.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from grpo_playground.jobs import RunInfo
+
+# (chart title, [(series label, metric key)], stage or None for both). TRL's log keys, verbatim.
+CHARTS = [
+    ("Reward (mean) and reward std", [("reward", "reward"), ("reward std", "reward_std")], "grpo"),
+    ("Each reward function's mean", "rewards/*/mean", "grpo"),
+    ("KL to the reference (beta > 0)", [("kl", "kl")], "grpo"),
+    ("Completion length (tokens)", [("mean", "completions/mean_length"), ("max", "completions/max_length")], "grpo"),
+    ("Truncated and zero-variance fractions",
+     [("truncated (clipped_ratio)", "completions/clipped_ratio"),
+      ("zero-std groups (frac_reward_zero_std)", "frac_reward_zero_std")], "grpo"),
+    ("Loss", [("loss", "loss")], None),
+    ("Learning rate", [("learning rate", "learning_rate")], None),
+]
+PER_REWARD_RE = re.compile(r"^rewards/(.+)/mean$")
+FRAME_COLUMNS = ["step", "value", "series"]
+SAMPLE_TEXT_CHARS = 2000  # per completion in the table; the sandbox gets the full text
+
+
+def _logged_rows(metrics: list[dict], stage: str | None) -> list[dict]:
+    # the Trainer's end-of-training summary row (train_runtime, ...) is not a logging step
+    return [m for m in metrics if "train_runtime" not in m and (stage is None or m.get("stage") == stage)]
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def chart_frame(metrics: list[dict], series, stage: str | None) -> pd.DataFrame:
+    """Long-form (step, value, series) rows of one chart; both stages are told apart by series name."""
+    rows = []
+    for m in _logged_rows(metrics, stage):
+        pairs = series
+        if isinstance(series, str):  # the per-reward pattern: whatever reward functions the run logged
+            pairs = [(PER_REWARD_RE.match(k).group(1), k) for k in m if PER_REWARD_RE.match(k)]
+        for label, key in pairs:
+            value = _number(m.get(key))
+            if value is not None and _number(m.get("step")) is not None:
+                name = label if stage else f"{m.get('stage', '?')} {label}"
+                rows.append((int(m["step"]), value, name))
+    return pd.DataFrame(rows, columns=FRAME_COLUMNS)
+
+
+def chart_frames(metrics: list[dict]) -> list[pd.DataFrame]:
+    return [chart_frame(metrics, series, stage) for _, series, stage in CHARTS]
+
+
+def metric_keys(metrics: list[dict]) -> list[str]:
+    """Numeric keys logged by a run (for the comparison chart's picker)."""
+    keys = {k for m in _logged_rows(metrics, None) for k, v in m.items() if _number(v) is not None}
+    return sorted(keys - {"step", "max_steps", "time", "epoch"})
+
+
+def compare_frame(runs: dict[str, list[dict]], key: str, stage: str | None) -> pd.DataFrame:
+    """One metric of several runs on one chart: the series is the run id."""
+    rows = [(int(m["step"]), _number(m[key]), run_id)
+            for run_id, metrics in runs.items() for m in _logged_rows(metrics, stage)
+            if _number(m.get(key)) is not None and _number(m.get("step")) is not None]
+    return pd.DataFrame(rows, columns=FRAME_COLUMNS)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
+
+
+def progress(status: dict, metrics: list[dict]) -> dict:
+    """Stage, step, fraction done and ETA of the current stage (from the pace of its logged steps)."""
+    stage = status.get("stage") or (metrics[-1].get("stage") if metrics else None)
+    rows = [m for m in _logged_rows(metrics, stage) if _number(m.get("time")) and _number(m.get("step"))]
+    step = status.get("step") or (rows[-1]["step"] if rows else 0)
+    max_steps = status.get("max_steps") or (rows[-1].get("max_steps") if rows else None)
+    eta = _number(status.get("eta_s"))  # the job's own estimate when it writes one
+    if eta is None and len(rows) >= 2 and max_steps and rows[-1]["step"] > rows[0]["step"]:
+        pace = (rows[-1]["time"] - rows[0]["time"]) / (rows[-1]["step"] - rows[0]["step"])
+        eta = pace * max(0, max_steps - step)
+    return {"stage": stage, "step": step, "max_steps": max_steps,
+            "fraction": min(1.0, step / max_steps) if max_steps else None, "eta_s": eta}
+
+
+def progress_markdown(info: RunInfo, metrics: list[dict]) -> str:
+    p = progress(info.status, metrics)
+    reason = info.status.get("reason")
+    line = f"**{info.run_id}**: {info.state}"
+    if p["stage"]:
+        line += f" · stage {p['stage']}"
+    if p["max_steps"]:
+        filled = int(20 * (p["fraction"] or 0))
+        line += f" · step {p['step']}/{p['max_steps']} `{'#' * filled}{'.' * (20 - filled)}` {p['fraction']:.0%}"
+    if p["eta_s"] is not None and info.state == "running":
+        line += f" · ETA {_duration(p['eta_s'])} (this stage)"
+    return line + (f"\n\n{reason}" if reason else "")
+
+
+def sample_table(sample: dict | None) -> pd.DataFrame:
+    """The latest sample group: one row per completion, each reward's score, the total and the advantage."""
+    if not sample:
+        return pd.DataFrame(columns=["#", "completion", "total", "advantage"])
+    rewards = sample.get("rewards") or {}
+    completions = sample.get("completions") or []
+    rows = []
+    for i, text in enumerate(completions):
+        row = {"#": i, "completion": str(text)[:SAMPLE_TEXT_CHARS]}
+        for name, scores in rewards.items():
+            row[name] = scores[i] if i < len(scores) else None
+        for key, label in (("total", "total"), ("advantages", "advantage")):
+            values = sample.get(key) or []
+            row[label] = values[i] if i < len(values) else None
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def sample_caption(sample: dict | None) -> str:
+    if not sample:
+        return "No sample completions yet (GRPO writes a group at each logging step)."
+    totals = [t for t in sample.get("total") or [] if isinstance(t, (int, float))]
+    zero_var = len(totals) > 1 and max(totals) == min(totals)
+    text = f"Step {sample.get('step')} · answer **{sample.get('answer')}** · prompt: {str(sample.get('prompt'))[:400]}"
+    if zero_var:
+        text += "\n\n**Every completion scored the same: zero advantage, no gradient from this group.**"
+    return text
+
+
+def findings_table(findings: list[dict]) -> pd.DataFrame:
+    columns = ["step", "severity", "rule", "message", "knob"]
+    return pd.DataFrame([[f.get(c) for c in columns] for f in findings], columns=columns)
+
+
+def doctor_findings(file_findings: list[dict], metrics: list[dict]) -> list[dict]:
+    """The job's doctor.jsonl when it wrote one, else the doctor run here on the metrics (pure Python)."""
+    if file_findings:
+        return file_findings
+    from grpo_playground.training.doctor import diagnose
+
+    return [f.to_dict() for f in diagnose(metrics)]
+
+
+def history_table(infos: list[RunInfo]) -> pd.DataFrame:
+    columns = ["run", "state", "stage", "step", "max_steps", "reason"]
+    return pd.DataFrame([[i.run_id, i.state, i.status.get("stage"), i.status.get("step"),
+                          i.status.get("max_steps"), i.status.get("reason")] for i in infos], columns=columns)
