@@ -1,0 +1,55 @@
+"""Train a run from a recipe: SFT then GRPO (or one stage), writing everything into the run's folder.
+
+    OMP_NUM_THREADS=1 python -m pipelines.train --config recipes/tiny-cpu.yaml [--stage all|sft|grpo|preflight] \
+        [--runs-dir runs | --run-dir runs/ID] [--resume] [--set grpo.max_steps=20 ...]
+
+--run-dir uses (or creates) that folder; otherwise a new folder <runs-dir>/<time>-<name>-<hex> is made.
+--resume continues the run in --run-dir from its last checkpoint (the step count continues).
+--stage preflight only samples a few groups from the model and writes preflight.json.
+The run folder's path is the last line printed. Exit status: 0 finished or stopped, 1 failed, 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipelines.train", description=__doc__.split("\n")[0])
+    parser.add_argument("--config", required=True, type=Path, help="recipe YAML (see recipes/)")
+    parser.add_argument("--stage", default="all", choices=("all", "sft", "grpo", "preflight"))
+    parser.add_argument("--runs-dir", type=Path, default=None, help="where new run folders go (default: $GRPO_PLAYGROUND_RUNS_DIR or ./runs)")
+    parser.add_argument("--run-dir", type=Path, default=None, help="use this run folder (required with --resume)")
+    parser.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a recipe value, e.g. --set grpo.max_steps=20 (repeatable)")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+    from grpo_playground.config import ConfigError, apply_overrides, load_recipe
+
+    try:
+        cfg = apply_overrides(load_recipe(args.config), args.overrides)
+    except (ConfigError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.resume and args.run_dir is None:
+        print("error: --resume needs --run-dir (the folder of the run to continue)", file=sys.stderr)
+        return 2
+    if args.runs_dir is not None:
+        os.environ["GRPO_PLAYGROUND_RUNS_DIR"] = str(args.runs_dir)
+
+    from grpo_playground.jobs.runs import new_run_id, runs_dir
+    from grpo_playground.training.job import run_job
+
+    run_dir = args.run_dir or runs_dir() / new_run_id(cfg.name)
+    state = run_job(cfg, run_dir, args.stage, args.resume)
+    print(Path(run_dir).resolve(), flush=True)
+    return 1 if state == "failed" else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""Loading the policy for a stage: Unsloth on CUDA when installed, else TRL + PEFT (CPU included).
+
+Both paths end in the same thing: a PEFT model with LoRA on the configured projections, and its tokenizer
+with the format tags registered as ordinary added tokens. GRPO continues from the SFT adapter when there is
+one. The reference policy is never a second copy of the weights: TRL 1.14.2, given a PEFT model and beta > 0,
+computes reference log-probs with a frozen copy of the starting adapter (the SFT policy) or, for a fresh
+adapter, with the adapter disabled (the base model).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grpo_playground.config import RunConfig
+
+
+@dataclass
+class Policy:
+    model: Any  # a peft.PeftModel
+    tokenizer: Any
+    backend: str  # "unsloth" | "trl"
+    device: str
+    notes: list[str]
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def choose_backend(cfg: RunConfig) -> str:
+    unsloth_installed = importlib.util.find_spec("unsloth") is not None
+    if cfg.model.backend == "unsloth":
+        if not cuda_available():
+            raise RuntimeError("model.backend=unsloth needs a CUDA GPU (none found): set model.backend to trl or auto")
+        if not unsloth_installed:
+            raise RuntimeError("model.backend=unsloth but unsloth is not installed: pip install -r requirements-gpu.txt, "
+                               "or set model.backend to trl")
+        return "unsloth"
+    if cfg.model.backend == "auto" and unsloth_installed and cuda_available():
+        return "unsloth"
+    return "trl"
+
+
+def resolve_optim(name: str) -> tuple[str, str]:
+    """The optimizer to use, and a note when the recipe's 8-bit optimizer cannot run here."""
+    if "8bit" in name and (importlib.util.find_spec("bitsandbytes") is None or not cuda_available()):
+        return "adamw_torch", f"optim {name} needs bitsandbytes on a GPU: using adamw_torch"
+    return name, ""
+
+
+def torch_dtype(cfg: RunConfig):
+    import torch
+
+    if cfg.model.dtype != "auto":
+        return getattr(torch, cfg.model.dtype)
+    if cuda_available():
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
+
+
+def lora_config(cfg: RunConfig, **extra):
+    """LoRA on the configured projections; `extra` carries the tag registration's trainable_token_indices."""
+    from peft import LoraConfig
+
+    return LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+                      target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM", bias="none", **extra)
+
+
+def register_tags(model, tokenizer, cfg: RunConfig) -> tuple[dict, str]:
+    """The data module's tag registration (ordinary added tokens); returns LoRA kwargs and a note for the log."""
+    if not cfg.data.register_tags:
+        return {}, ""
+    from grpo_playground.data.tag_tokens import register_tags as register
+
+    registered = register(model, tokenizer, cfg.rewards.tags)
+    if not registered.new_ids:
+        return {}, "format tags are already single tokens"
+    return registered.peft_kwargs(), f"registered the format tags as added tokens {registered.new_ids} (rows trained)"
+
+
+def _check_target_modules(model, cfg: RunConfig) -> None:
+    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    absent = [m for m in cfg.lora.target_modules if m not in names]
+    if absent:
+        raise ValueError(f"lora.target_modules {absent} do not exist in {cfg.model.name_or_path}; "
+                         f"its linear layers include {sorted(n for n in names if n.endswith('proj'))[:12]}")
+
+
+def load_policy(cfg: RunConfig, stage: str, start_adapter: Path | None = None) -> Policy:
+    """The trainable PEFT policy for `stage` ("sft" or "grpo"), starting from `start_adapter` when given."""
+    backend = choose_backend(cfg)
+    if backend == "unsloth":
+        return _load_unsloth(cfg, stage, start_adapter)
+    return _load_trl(cfg, start_adapter)
+
+
+def _load_trl(cfg: RunConfig, start_adapter: Path | None) -> Policy:
+    from peft import PeftModel, get_peft_model
+
+    from grpo_playground.models import load_model_and_tokenizer
+
+    device = "cuda" if cuda_available() else "cpu"
+    model, tokenizer = load_model_and_tokenizer(cfg.model.name_or_path, dtype=torch_dtype(cfg), device=device)
+    _check_target_modules(model, cfg)
+    notes = []
+    if start_adapter is not None:
+        # The adapter folder's tokenizer holds any tags the previous stage registered.
+        if (start_adapter / "tokenizer_config.json").is_file():
+            tokenizer = _tokenizer_from(start_adapter)
+        if len(tokenizer) != model.get_input_embeddings().weight.shape[0]:
+            model.resize_token_embeddings(len(tokenizer))
+        model = PeftModel.from_pretrained(model, str(start_adapter), is_trainable=True)
+        notes.append(f"continuing from the adapter in {start_adapter}")
+    else:
+        extra, note = register_tags(model, tokenizer, cfg)
+        notes += [note] if note else []
+        model = get_peft_model(model, lora_config(cfg, **extra))
+    return Policy(model, tokenizer, "trl", device, notes)
+
+
+def _tokenizer_from(folder: Path):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _load_unsloth(cfg: RunConfig, stage: str, start_adapter: Path | None) -> Policy:
+    """Unsloth's FastLanguageModel (CUDA only; proven on the GPU machine, not runnable here)."""
+    from unsloth import FastLanguageModel  # imported first by the job on this path, so its patches apply
+
+    from grpo_playground.models import hf_dir
+
+    use_vllm = stage == "grpo" and cfg.model.fast_inference and cfg.grpo.use_vllm \
+        and importlib.util.find_spec("vllm") is not None
+    model, tokenizer = FastLanguageModel.from_pretrained(
+        model_name=str(hf_dir(cfg.model.name_or_path)),
+        max_seq_length=cfg.model.max_seq_length,
+        load_in_4bit=cfg.model.load_in_4bit if stage == "grpo" else cfg.model.sft_load_in_4bit,
+        dtype=None if cfg.model.dtype == "auto" else torch_dtype(cfg),
+        fast_inference=use_vllm,
+        max_lora_rank=cfg.lora.r,
+        gpu_memory_utilization=cfg.model.gpu_memory_utilization,
+    )
+    notes = [f"unsloth {'with vLLM rollouts' if use_vllm else 'without vLLM'}"]
+    if start_adapter is not None and (start_adapter / "tokenizer_config.json").is_file():
+        tokenizer = _tokenizer_from(start_adapter)
+        if len(tokenizer) != model.get_input_embeddings().weight.shape[0]:
+            model.resize_token_embeddings(len(tokenizer))
+        extra = {}
+    else:
+        extra, note = register_tags(model, tokenizer, cfg)
+        notes += [note] if note else []
+    model = FastLanguageModel.get_peft_model(
+        model, r=cfg.lora.r, target_modules=list(cfg.lora.target_modules), lora_alpha=cfg.lora.alpha,
+        lora_dropout=cfg.lora.dropout, bias="none", use_gradient_checkpointing="unsloth",
+        random_state=cfg.lora.seed, **extra,
+    )
+    if start_adapter is not None:
+        # The GRPO stage reloads the base (4-bit, vLLM) and puts the SFT adapter's weights into the fresh LoRA.
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        set_peft_model_state_dict(model, load_file(str(start_adapter / "adapter_model.safetensors")))
+        notes.append(f"continuing from the adapter in {start_adapter}")
+    return Policy(model, tokenizer, "unsloth", "cuda", notes)

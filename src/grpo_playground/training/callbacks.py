@@ -1,0 +1,137 @@
+"""What the job writes while a trainer runs: metrics, samples, doctor findings, progress, stop handling.
+
+`RunCallback` is a transformers TrainerCallback (SFT and GRPO alike). `SampleRecorder` wraps the GRPO reward
+functions so the callback can write, at each logging step, one group's completions with each reward's score,
+the weighted total and the advantages (TRL 1.14.2 only writes those to wandb/trackio or a parquet file that
+appears after the callbacks ran).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from transformers import TrainerCallback
+
+from grpo_playground.training.doctor import Finding, diagnose
+from grpo_playground.training.run_folder import DOCTOR_FILE, METRICS_FILE, SAMPLES_FILE, RunFolder
+
+# Keys of a log line worth a glance in log.txt (everything goes to metrics.jsonl anyway).
+LOG_LINE_KEYS = ("loss", "reward", "reward_std", "frac_reward_zero_std", "kl", "completions/mean_length",
+                 "completions/clipped_ratio", "learning_rate", "grad_norm")
+
+
+class NaNError(RuntimeError):
+    """Loss or gradient norm became NaN/inf: the job stops and the doctor names the knob."""
+
+
+class SampleRecorder:
+    """Wraps reward functions; remembers the last scored batch (TRL calls each function once per batch)."""
+
+    def __init__(self, funcs, weights, num_generations: int, scale: str):
+        self.weights = dict(zip((f.__name__ for f in funcs), weights))
+        self.num_generations = num_generations
+        self.scale = "none" if scale == "none" else "group"
+        self.batch: dict = {}
+        self.scores: dict[str, list[float]] = {}
+        self.funcs = [self._wrap(f) for f in funcs]
+
+    def _wrap(self, fn):
+        recorder = self
+
+        def recorded(prompts, completions, **kwargs):
+            scores = fn(prompts=prompts, completions=completions, **kwargs)
+            if fn.__name__ == next(iter(recorder.weights)):
+                recorder.batch = {"prompts": prompts, "completions": completions, "kwargs": kwargs}
+                recorder.scores = {}
+            recorder.scores[fn.__name__] = [float("nan") if s is None else float(s) for s in scores]
+            return scores
+
+        recorded.__name__ = fn.__name__
+        return recorded
+
+    def sample(self, stage: str, step: int) -> dict | None:
+        """The first group of the last batch, as one samples.jsonl record."""
+        from grpo_playground.rewards import group_advantages
+
+        if not self.batch or len(self.scores) < len(self.weights):
+            return None
+        g = self.num_generations
+        kwargs = self.batch["kwargs"]
+        completions = [_text(c) for c in self.batch["completions"][:g]]
+        rewards = {name: s[:g] for name, s in self.scores.items()}
+        total = [sum(w * rewards[n][i] for n, w in self.weights.items() if not math.isnan(rewards[n][i]))
+                 for i in range(len(completions))]
+        _, _, advantages = group_advantages(total, self.scale)
+        problem = kwargs.get("problem", [None])[0]
+        return {"stage": stage, "step": step, "prompt": problem or _text(self.batch["prompts"][0]),
+                "answer": kwargs.get("answer", [""])[0], "completions": completions, "rewards": rewards,
+                "total": total, "advantages": advantages}
+
+
+def _text(value) -> str:
+    if isinstance(value, list):  # chat format [{"role": ..., "content": ...}]
+        return "".join(m.get("content", "") for m in value if isinstance(m, dict))
+    return str(value)
+
+
+class RunCallback(TrainerCallback):
+    def __init__(self, folder: RunFolder, stage: str, tracker, history: list[dict], recorder: SampleRecorder | None,
+                 max_minutes: float | None = None):
+        self.folder, self.stage, self.tracker, self.history, self.recorder = folder, stage, tracker, history, recorder
+        self.max_minutes = max_minutes
+        self.reported = {(f["stage"], f["rule"]) for f in folder.read_jsonl(DOCTOR_FILE)}
+        self.started = time.time()
+        self.first_step = 0
+        self.stopped_by = ""  # "stop" when a stop was requested, "time" when the time budget ran out
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.started, self.first_step = time.time(), state.global_step
+        self.folder.status(state="running", stage=self.stage, step=state.global_step, max_steps=state.max_steps)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        done = state.global_step - self.first_step
+        eta = (time.time() - self.started) / done * (state.max_steps - state.global_step) if done else None
+        self.folder.status(step=state.global_step, max_steps=state.max_steps, eta_s=eta)
+        if self.folder.stop_requested():
+            self.stopped_by = "stop"
+        elif self.max_minutes and time.time() - self.started >= self.max_minutes * 60:
+            self.stopped_by = "time"
+        if self.stopped_by:
+            # Trainer saves a checkpoint right after this callback when should_save is set, then leaves its loop.
+            control.should_save = True
+            control.should_training_stop = True
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        logs = dict(logs or {})
+        if "train_runtime" in logs:  # Trainer's end-of-stage summary, not a logging step
+            self.folder.log(f"{self.stage} summary: " + ", ".join(f"{k}={_short(v)}" for k, v in logs.items()))
+            return
+        row = {"stage": self.stage, "step": state.global_step, "max_steps": state.max_steps, "time": time.time(), **logs}
+        self.folder.append(METRICS_FILE, row)
+        self.history.append(row)
+        self.tracker.log_metrics(row)
+        shown = " ".join(f"{k.split('/')[-1] if '/' in k else k}={_short(logs[k])}" for k in LOG_LINE_KEYS if k in logs)
+        self.folder.log(f"{self.stage} step {state.global_step}/{state.max_steps} {shown}")
+        if self.recorder is not None:
+            sample = self.recorder.sample(self.stage, state.global_step)
+            if sample:
+                self.folder.append(SAMPLES_FILE, sample)
+                self.tracker.log_sample(sample)
+        for finding in self.new_findings():
+            self.folder.append(DOCTOR_FILE, finding.to_dict())
+            self.folder.log(f"doctor [{finding.severity}] {finding.rule} at step {finding.step}: {finding.message}. "
+                            f"Try: {finding.knob}")
+        bad = [k for k in ("loss", "grad_norm") if isinstance(logs.get(k), float) and not math.isfinite(logs[k])]
+        if bad:
+            raise NaNError(f"{' and '.join(bad)} became NaN at {self.stage} step {state.global_step}")
+
+    def new_findings(self) -> list[Finding]:
+        fresh = [f for f in diagnose(self.history) if (f.stage, f.rule) not in self.reported]
+        self.reported.update((f.stage, f.rule) for f in fresh)
+        return fresh
+
+
+def _short(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

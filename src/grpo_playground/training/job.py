@@ -1,0 +1,132 @@
+"""One training job inside its own process: the stages in order, the status file, stop, resume and crashes.
+
+    run_job(cfg, run_dir, stage="all", resume=False) -> final state ("finished" | "stopped" | "failed")
+
+stage: all (SFT then GRPO, each when enabled), sft, grpo (from the run's SFT adapter when it has one), or
+preflight (only the pre-flight report). A crash never escapes as a bare traceback: the traceback goes to the
+log, status.json gets state "failed" and a one-line reason, and the doctor turns OOM and NaN into a diagnosis.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from pathlib import Path
+
+from grpo_playground.config import RunConfig, save_recipe
+from grpo_playground.training.doctor import diagnose_crash
+from grpo_playground.training.run_folder import DOCTOR_FILE, METRICS_FILE, RECIPE_FILE, RunFolder
+
+JOB_STAGES = ("all", "sft", "grpo", "preflight")
+
+
+def _prepare_process(cfg: RunConfig) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", str(cfg.hardware.cpu_threads))
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")  # progress bars flood log.txt
+    from grpo_playground.training.backend import choose_backend
+
+    if choose_backend(cfg) == "unsloth":
+        import unsloth  # noqa: F401  -- must come before trl/transformers so its patches apply
+
+    import torch
+
+    torch.set_num_threads(cfg.hardware.cpu_threads)
+
+
+def _stages_to_run(cfg: RunConfig, stage: str) -> list[str]:
+    if stage == "all":
+        return [s for s in ("sft", "grpo") if getattr(cfg, s).enabled]
+    return [stage]
+
+
+def run_job(cfg: RunConfig, run_dir: str | Path, stage: str = "all", resume: bool = False) -> str:
+    if stage not in JOB_STAGES:
+        raise ValueError(f"stage {stage!r} is unknown: use one of {', '.join(JOB_STAGES)}")
+    folder = RunFolder(run_dir)
+    if not (folder.path / RECIPE_FILE).is_file() or not resume:
+        save_recipe(cfg, folder.path / RECIPE_FILE)
+    folder.watch_sigterm()
+    previous = folder.read_status()
+    folder.status(state="running", pid=os.getpid(), stage=stage, reason="",
+                  started=previous.get("started") if resume and previous.get("started") else time.time())
+    folder.log(f"run {folder.path.name}: stage {stage}{' (resume)' if resume else ''}, pid {os.getpid()}")
+    current = stage
+    try:
+        _prepare_process(cfg)
+        from grpo_playground.training.tracking import Tracker
+
+        tracker = Tracker(cfg.tracking.project, folder.path.name, cfg.tracking.swanlab, folder.path / "swanlog",
+                          cfg.to_dict(), folder.log)
+        try:
+            history = folder.read_jsonl(METRICS_FILE) if resume else []
+            for current in _stages_to_run(cfg, stage):
+                outcome = _run_stage(cfg, folder, current, tracker, history, resume)
+                if outcome == "stopped":
+                    folder.status(state="stopped", stage=current, reason="stopped on request; resume to continue")
+                    folder.log(f"stopped during {current}: checkpoint saved, resume with --resume")
+                    return "stopped"
+        finally:
+            tracker.finish()
+    except BaseException as exc:  # includes KeyboardInterrupt: the status must never stay "running"
+        traceback.print_exc()
+        step = folder.read_status().get("step", 0) or 0
+        finding = diagnose_crash(f"{type(exc).__name__}: {exc}", step, current)
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+        if finding:
+            folder.append(DOCTOR_FILE, finding.to_dict())
+            reason = f"{finding.message}. Try: {finding.knob} ({reason})"[:500]
+        folder.status(state="failed", stage=current, reason=reason)
+        folder.log(f"failed: {reason}")
+        return "failed"
+    folder.status(state="finished", stage=stage, reason="", eta_s=0)
+    folder.log("finished")
+    return "finished"
+
+
+def _run_stage(cfg: RunConfig, folder: RunFolder, stage: str, tracker, history: list[dict], resume: bool) -> str:
+    from grpo_playground.training.backend import load_policy
+    from grpo_playground.training.preflight import run_preflight
+    from grpo_playground.training.stages import run_grpo, run_sft
+
+    if resume and folder.stage_done(stage):
+        folder.log(f"{stage}: already finished in this run, skipped")
+        return "done"
+    folder.status(stage=stage, step=0 if not resume else folder.read_status().get("step", 0))
+    if stage == "sft":
+        policy = load_policy(cfg, "sft")
+        _log_notes(folder, policy)
+        result = run_sft(cfg, folder, policy, tracker, history, resume and folder.last_checkpoint("sft") is not None)
+    else:
+        sft_done = folder.stage_done("sft")
+        policy = load_policy(cfg, "grpo", folder.adapter("sft") if sft_done else None)
+        _log_notes(folder, policy)
+        if not sft_done:
+            folder.log("grpo: no SFT adapter in this run, starting from the base model")
+        if not (resume and folder.last_checkpoint("grpo")):
+            run_preflight(cfg, policy, folder, sft_done)
+        if stage == "preflight":
+            return "done"
+        result = run_grpo(cfg, folder, policy, tracker, history, resume and folder.last_checkpoint("grpo") is not None)
+    folder.log(f"{stage}: {result.steps} steps in {result.seconds:.0f} s"
+               + (f" (time budget of {getattr(cfg, stage).max_minutes} min reached)" if result.stopped_by == "time" else ""))
+    _free(policy)
+    return "stopped" if result.stopped_by == "stop" else "done"
+
+
+def _log_notes(folder: RunFolder, policy) -> None:
+    folder.log(f"backend {policy.backend} on {policy.device}")
+    for note in policy.notes:
+        folder.log(note)
+
+
+def _free(policy) -> None:
+    import gc
+
+    import torch
+
+    del policy.model
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

@@ -1,0 +1,107 @@
+"""The job's side of a run folder (layout in docs/ARCHITECTURE.md): status, log lines, JSONL streams, stop requests.
+
+The UI reads these files while the job runs, so every write is either atomic (status.json) or one appended
+line (the JSONL files). Status and file names come from grpo_playground.jobs.runs, the UI side's module.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from grpo_playground.jobs.runs import STOP_FILE, read_status, write_status
+
+RECIPE_FILE = "recipe.yaml"
+METRICS_FILE = "metrics.jsonl"
+SAMPLES_FILE = "samples.jsonl"
+DOCTOR_FILE = "doctor.jsonl"
+PREFLIGHT_FILE = "preflight.json"
+STAGE_NAMES = ("sft", "grpo")
+
+
+def _jsonable(value):
+    # NaN/inf are not JSON: the doctor needs to see them, so they travel as strings the readers can parse.
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+class RunFolder:
+    def __init__(self, path: str | Path):
+        self.path = Path(path).resolve()
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._sigterm = False
+
+    # --- paths -----------------------------------------------------------------------------------
+    def checkpoints(self, stage: str) -> Path:
+        return self.path / "checkpoints" / stage
+
+    def adapter(self, stage: str) -> Path:
+        return self.path / stage
+
+    def last_checkpoint(self, stage: str) -> Path | None:
+        folder = self.checkpoints(stage)
+        found = [p for p in folder.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()] if folder.is_dir() else []
+        return max(found, key=lambda p: int(p.name.split("-")[-1])) if found else None
+
+    def stage_done(self, stage: str) -> bool:
+        return (self.adapter(stage) / "adapter_config.json").is_file()
+
+    # --- status and streams ----------------------------------------------------------------------
+    def status(self, **updates) -> dict:
+        return write_status(self.path, **updates)
+
+    def read_status(self) -> dict:
+        return read_status(self.path)
+
+    def log(self, message: str) -> None:
+        """One line to stdout, which the launcher appends to log.txt (the job's stdout is that file)."""
+        print(f"[train] {time.strftime('%H:%M:%S')} {message}", flush=True)
+
+    def append(self, name: str, record: dict) -> None:
+        with open(self.path / name, "a", encoding="utf-8") as f:
+            f.write(json.dumps(_jsonable(record), ensure_ascii=False) + "\n")
+
+    def read_jsonl(self, name: str) -> list[dict]:
+        path = self.path / name
+        if not path.is_file():
+            return []
+        rows = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rows.append(json.loads(line, parse_constant=float))
+            except ValueError:
+                continue  # a line cut by a kill: skip it, keep the rest
+        return [{k: _float_text(v) for k, v in r.items()} for r in rows if isinstance(r, dict)]
+
+    def write_json(self, name: str, value: dict) -> None:
+        tmp = self.path / f".{name}.tmp"
+        tmp.write_text(json.dumps(_jsonable(value), indent=1, ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, self.path / name)
+
+    # --- stop ------------------------------------------------------------------------------------
+    def watch_sigterm(self) -> None:
+        """SIGTERM only raises a flag: the trainer saves at the next step boundary (see StopAndProgress)."""
+        def on_term(signum, frame):
+            self._sigterm = True
+            print("[train] SIGTERM: saving at the next step boundary, then stopping", file=sys.stderr, flush=True)
+
+        signal.signal(signal.SIGTERM, on_term)
+
+    def stop_requested(self) -> bool:
+        return self._sigterm or (self.path / STOP_FILE).exists()
+
+
+def _float_text(value):
+    if value in ("nan", "inf", "-inf"):
+        return float(value)
+    return value

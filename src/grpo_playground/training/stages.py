@@ -1,0 +1,116 @@
+"""The two training stages: SFT (TRL SFTTrainer) teaches the format, GRPO (TRL GRPOTrainer) teaches correctness.
+
+Both train a LoRA policy from grpo_playground.training.backend on rows rendered by the data module's chat
+template helpers (string prompts: the model trains and samples on exactly the text it will see), write the
+run folder through RunCallback, resume from the stage's last checkpoint, and save the final adapter plus
+tokenizer in <run>/<stage>/.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from grpo_playground.config import RunConfig
+from grpo_playground.training.backend import Policy, resolve_optim
+from grpo_playground.training.callbacks import RunCallback, SampleRecorder
+from grpo_playground.training.run_folder import RunFolder
+
+
+@dataclass
+class StageResult:
+    stage: str
+    steps: int
+    seconds: float
+    stopped_by: str  # "" (ran to the end), "stop" (a stop request) or "time" (its time budget)
+
+
+def training_rows(cfg: RunConfig, tokenizer, stage: str, folder: RunFolder):
+    """The stage's dataset: normalized examples -> rendered prompt (and SFT completion) strings."""
+    from grpo_playground.data import load_examples, to_hf_dataset
+    from grpo_playground.data.chat_template import render_examples
+
+    spec, n = (cfg.data.sft_source, cfg.data.n_sft) if stage == "sft" else (cfg.data.grpo_source, cfg.data.n_grpo)
+    loaded = load_examples(spec, n=n, tags=cfg.rewards.tags, with_solution=stage == "sft", seed=cfg.data.seed)
+    folder.log(f"{stage} data {spec}: {loaded.summary()}")
+    rows = render_examples(loaded.examples, tokenizer, cfg.rewards.tags, cfg.data.prefill_reasoning)
+    for row in rows:
+        row.pop("level", None)  # None for most sources: a column of nulls trips datasets' type inference
+    return to_hf_dataset(rows)
+
+
+def _common_args(cfg: RunConfig, stage_cfg, folder: RunFolder, stage: str, policy: Policy) -> dict:
+    optim, note = resolve_optim(stage_cfg.optim)
+    if note:
+        folder.log(note)
+    bf16 = policy.device == "cuda" and str(next(policy.model.parameters()).dtype) == "torch.bfloat16"
+    return dict(
+        output_dir=str(folder.checkpoints(stage)), learning_rate=stage_cfg.learning_rate,
+        warmup_steps=stage_cfg.warmup_steps, lr_scheduler_type=stage_cfg.lr_scheduler, optim=optim,
+        weight_decay=stage_cfg.weight_decay, gradient_accumulation_steps=stage_cfg.grad_accum,
+        logging_steps=stage_cfg.logging_steps, save_steps=stage_cfg.save_steps, save_total_limit=2,
+        report_to="none", seed=cfg.lora.seed, bf16=bf16, use_cpu=policy.device == "cpu",
+        dataloader_num_workers=0, disable_tqdm=True, logging_first_step=True,
+    )
+
+
+def _train(trainer, folder: RunFolder, stage: str, resume: bool, callback: RunCallback, policy: Policy) -> StageResult:
+    import time
+
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # RunCallback writes one readable line per log instead
+    checkpoint = folder.last_checkpoint(stage) if resume else None
+    if checkpoint:
+        folder.log(f"{stage}: resuming from {checkpoint.name}")
+    started = time.time()
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    seconds = time.time() - started
+    if not callback.stopped_by == "stop":
+        target = folder.adapter(stage)
+        # Only the trained adapter: TRL may have added a frozen "ref" copy for the KL term.
+        trainer.model.save_pretrained(str(target), selected_adapters=["default"])
+        policy.tokenizer.save_pretrained(str(target))
+        folder.log(f"{stage}: adapter saved in {target}")
+    return StageResult(stage, trainer.state.global_step, seconds, callback.stopped_by)
+
+
+def run_sft(cfg: RunConfig, folder: RunFolder, policy: Policy, tracker, history: list[dict], resume: bool) -> StageResult:
+    from trl import SFTConfig, SFTTrainer
+
+    dataset = training_rows(cfg, policy.tokenizer, "sft", folder)
+    s = cfg.sft
+    args = SFTConfig(
+        **_common_args(cfg, s, folder, "sft", policy), num_train_epochs=s.epochs, max_steps=s.max_steps,
+        per_device_train_batch_size=s.per_device_batch_size, max_length=s.max_length, completion_only_loss=True,
+    )
+    callback = RunCallback(folder, "sft", tracker, history, None, s.max_minutes)
+    trainer = SFTTrainer(model=policy.model, args=args, train_dataset=dataset, processing_class=policy.tokenizer,
+                         callbacks=[callback])
+    return _train(trainer, folder, "sft", resume, callback, policy)
+
+
+def run_grpo(cfg: RunConfig, folder: RunFolder, policy: Policy, tracker, history: list[dict], resume: bool) -> StageResult:
+    from trl import GRPOConfig, GRPOTrainer
+
+    from grpo_playground.rewards import get_reward_funcs
+
+    g = cfg.grpo
+    per_device, note = g.generation_batch(cfg.hardware.num_gpus)
+    if note:
+        folder.log(note)
+    dataset = training_rows(cfg, policy.tokenizer, "grpo", folder)
+    funcs, weights = get_reward_funcs(cfg.rewards.weights, cfg.rewards.tags)
+    recorder = SampleRecorder(funcs, weights, g.num_generations, g.scale_rewards)
+    use_vllm = g.use_vllm and policy.backend == "unsloth" and cfg.model.fast_inference
+    args = GRPOConfig(
+        **_common_args(cfg, g, folder, "grpo", policy), max_steps=g.max_steps, per_device_train_batch_size=per_device,
+        num_generations=g.num_generations, temperature=g.temperature, top_p=g.top_p, beta=g.beta,
+        loss_type=g.loss_type, scale_rewards=g.scale_rewards, epsilon=g.epsilon,
+        max_completion_length=g.max_completion_length, mask_truncated_completions=g.mask_truncated_completions,
+        reward_weights=list(weights), use_vllm=use_vllm, vllm_mode="colocate",
+        vllm_gpu_memory_utilization=cfg.model.gpu_memory_utilization,
+    )
+    callback = RunCallback(folder, "grpo", tracker, history, recorder, g.max_minutes)
+    trainer = GRPOTrainer(model=policy.model, reward_funcs=recorder.funcs, args=args, train_dataset=dataset,
+                          processing_class=policy.tokenizer, callbacks=[callback])
+    return _train(trainer, folder, "grpo", resume, callback, policy)
