@@ -1,0 +1,81 @@
+"""Browser tests: Playwright for Python driving Debian's chromium against the real app (tests/conftest.py:app_url).
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/browser
+
+Playwright cannot download its own browsers here (no internet), so we launch the system chromium
+(CHROMIUM_PATH, default /usr/bin/chromium; `bash scripts/install.sh --test` installs it). Without it the
+tests skip locally but FAIL in CI (CI=true): a browser test that silently skips in CI proves nothing.
+Screenshots go to artifacts/screenshots/ (gitignored; CI keeps that folder as artifacts).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = ROOT / "artifacts" / "screenshots"
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+# This network reaches nothing: switch off everything that phones home, or chromium waits on timeouts.
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+TIMEOUT_MS = 30_000  # two shared cores: a Gradio round trip can take seconds under load
+
+
+def pytest_collection_modifyitems(items):
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.browser)
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> str:
+    path = shutil.which(CHROMIUM) or (CHROMIUM if os.access(CHROMIUM, os.X_OK) else None)
+    if path:
+        return path
+    message = f"chromium not found at {CHROMIUM}: install it with `bash scripts/install.sh --test` " \
+              "(apt-get install chromium) or set CHROMIUM_PATH"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def browser(chromium_path):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright missing: pip install -r requirements-test.txt")
+    playwright = sync_api.sync_playwright().start()
+    browser = playwright.chromium.launch(executable_path=chromium_path, headless=True, args=CHROMIUM_ARGS)
+    yield browser
+    browser.close()
+    playwright.stop()
+
+
+@pytest.fixture
+def page(browser, app_url):
+    """A fresh page on the real app, loaded and ready; closed after the test."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.set_default_timeout(TIMEOUT_MS)
+    page = context.new_page()
+    page.goto(app_url, wait_until="domcontentloaded")
+    page.get_by_role("tab").first.wait_for()  # Gradio renders client-side: wait for the tabs to exist
+    yield page
+    context.close()
+
+
+@pytest.fixture
+def screenshot(request):
+    """screenshot(page, "name") saves artifacts/screenshots/<test name>-<name>.png and returns its path."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    prefix = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)
+
+    def save(page, name: str) -> Path:
+        path = SCREENSHOTS / f"{prefix}-{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        return path
+
+    return save
