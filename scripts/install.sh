@@ -2,25 +2,24 @@
 # One install for every place the product runs: a laptop, CI (.ci/run) and the Docker image.
 #   bash scripts/install.sh            # app dependencies into .venv (CPU set)
 #   bash scripts/install.sh --test     # + test tools and Debian chromium for the browser tests
+#   bash scripts/install.sh --gpu      # + requirements-gpu.txt (vLLM, Unsloth; CUDA torch), as in the Dockerfile
+# LLAMA_CPP_WHEEL_DIR=DIR installs a prebuilt llama-cpp-python wheel from DIR (the Docker image builds a CUDA one).
 # Re-running is cheap: pinned packages already present are skipped by pip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-want_test=0
-for arg in "$@"; do case $arg in --test) want_test=1 ;; *) echo "unknown option $arg (use --test)"; exit 2 ;; esac; done
+want_test=0; want_gpu=0
+for arg in "$@"; do case $arg in --test) want_test=1 ;; --gpu) want_gpu=1 ;; *) echo "unknown option $arg (use --test or --gpu)"; exit 2 ;; esac; done
 
 VENV=${VENV:-.venv}
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 PY="$VENV/bin/python"
 "$PY" -m pip install -q --upgrade pip
-"$PY" -m pip install -q -r requirements.txt
+# llama-cpp-python (pinned in requirements.txt) is an sdist on PyPI: a portable build takes ~10 min on 2 cores,
+# once. A folder of prebuilt wheels (the Docker image's CUDA build) is used instead when given.
+export CMAKE_ARGS=${CMAKE_ARGS:-"-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"}
+if [ -n "${LLAMA_CPP_WHEEL_DIR:-}" ]; then export PIP_FIND_LINKS=$LLAMA_CPP_WHEEL_DIR; fi
+if [ $want_gpu = 1 ]; then "$PY" -m pip install -q -r requirements-gpu.txt; else "$PY" -m pip install -q -r requirements.txt; fi
 "$PY" -m pip install -q --no-deps -e .
-
-# llama.cpp bindings: PyPI has only the sdist; a portable build takes ~10 min on 2 cores, once.
-LLAMA_CPP_VERSION=0.3.36
-if ! "$PY" -c "import importlib.metadata as m; assert m.version('llama-cpp-python') == '$LLAMA_CPP_VERSION'" 2>/dev/null; then
-  CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \
-    "$PY" -m pip install -q "llama-cpp-python[server]==$LLAMA_CPP_VERSION"
-fi
 
 if [ $want_test = 1 ]; then
   "$PY" -m pip install -q -r requirements-test.txt
