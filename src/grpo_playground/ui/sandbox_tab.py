@@ -1,8 +1,183 @@
-"""The sandbox tab (placeholder until its issue lands)."""
+"""The Reward sandbox tab: paste what a model really wrote, see every reward's score, the group's
+advantages and why, before spending GPU hours on a regex that never matches.
+
+Scores update live as the user edits (`.change`, trigger_mode="always_last": at most one pending run).
+The same computation is the API endpoint `score`:
+
+    from gradio_client import Client
+    Client("http://127.0.0.1:7860/").predict(completions_text, "42", api_name="/score")
+
+returns a table with one row per completion, one column per enabled reward, `total` and `advantage`.
+"""
+
+from __future__ import annotations
 
 import gradio as gr
+import pandas as pd
+
+from grpo_playground.rewards import (
+    DEFAULT_WEIGHTS,
+    REWARDS,
+    SCALE_MODES,
+    DesignReport,
+    GroupScore,
+    RewardInputError,
+    check_design,
+    score_group,
+)
+from grpo_playground.tags import DEFAULT_TAGS, Tags
+from grpo_playground.ui.sandbox_input import join_group, read_completions_file, split_group
+from grpo_playground.ui.sandbox_render import render_details, render_report
+
+NAMES = list(REWARDS)
+_W = "<start_working_out>6 x 7 = 42<end_working_out>"
+# A group that shows every lesson at once: a correct answer, a near miss, a clean wrong answer, and the
+# seed's gamed completion that rambles on after </SOLUTION> and still outscores the wrong one.
+EXAMPLE_GROUP = [
+    _W + "<SOLUTION>42</SOLUTION>",
+    _W + "<SOLUTION>41</SOLUTION>",
+    "<start_working_out>6 + 7 = 13<end_working_out><SOLUTION>13</SOLUTION>",
+    "<start_working_out>6 + 7 = 13<end_working_out><SOLUTION>13</SOLUTION> Let me double-check: 6 + 7 is 13, and",
+]
+EXAMPLE_ANSWER = "42"
+
+
+def load_group_into_sandbox(completions: list[str], answer: str) -> tuple[str, str]:
+    """Values for the sandbox's (completions, answer) components, e.g. a sampled group from a run."""
+    return join_group([str(c) for c in completions]), str(answer)
+
+
+def _custom_scores(code: str, completions: list[str], answer: str) -> list[float] | None:
+    """Scores of the user's pasted reward, None when there is none; RewardInputError when it fails."""
+    if not code or not code.strip():
+        return None
+    try:
+        from grpo_playground.rewards.custom import custom_reward_enabled, run_custom_reward
+    except ImportError:
+        raise RewardInputError("custom rewards are not available in this version of the app") from None
+    if not custom_reward_enabled():
+        return None
+    result = run_custom_reward(code, completions, answer)
+    if result.scores is None:
+        raise RewardInputError(f"custom reward: {result.error}")
+    return result.scores
+
+
+def compute(completions_text, answer, enabled, scale, rs, re_, ss, se, code, *weights) -> tuple[GroupScore, DesignReport]:
+    """Everything the tab and the API show; bad input raises RewardInputError / ValueError with the fix."""
+    tags = Tags(rs, re_, ss, se)
+    chosen = {name: w for name, w in zip(NAMES, weights) if name in (enabled or [])}
+    for name in chosen:
+        if chosen[name] is None:
+            raise RewardInputError(f"weight of {name} is empty: give a number such as 1.0")
+    completions = split_group(completions_text or "")
+    answer = (answer or "").strip()
+    if not answer:
+        raise RewardInputError("give the gold answer (the final answer only, e.g. 42)")
+    custom = _custom_scores(code, completions, answer) if completions else None
+    group = score_group(completions, answer, chosen, tags, scale, {"custom": custom} if custom else None)
+    return group, check_design(chosen, tags)
+
+
+def _frame(group: GroupScore) -> pd.DataFrame:
+    headers, rows = group.table()
+    return pd.DataFrame([[round(v, 6) for v in row] for row in rows], columns=headers)
+
+
+def score_table(completions_text, answer, enabled, scale, rs, re_, ss, se, code, *weights) -> pd.DataFrame:
+    """The `score` API: the table, or a gr.Error whose message says what to fix."""
+    try:
+        group, _ = compute(completions_text, answer, enabled, scale, rs, re_, ss, se, code, *weights)
+    except ValueError as exc:
+        raise gr.Error(str(exc)) from None
+    return _frame(group)
+
+
+def score_view(completions_text, answer, enabled, scale, rs, re_, ss, se, code, *weights):
+    """The live view: (table, report markdown, per-completion cards); errors go in the report, never a crash."""
+    try:
+        group, design = compute(completions_text, answer, enabled, scale, rs, re_, ss, se, code, *weights)
+    except ValueError as exc:
+        return pd.DataFrame(), render_report(None, None, [f"⛔ {exc}"]), ""
+    return _frame(group), render_report(group, design, []), render_details(group)
+
+
+def upload_file(path):
+    if not path:
+        return gr.update(), gr.update()
+    try:
+        completions, answer = read_completions_file(path)
+    except (ValueError, OSError) as exc:
+        raise gr.Error(str(exc)) from None
+    return join_group(completions), answer if answer is not None else gr.update()
+
+
+def _registry_table() -> str:
+    rows = [f"| `{s.name}` | {s.score_range[0]:g} .. {s.score_range[1]:g} | {s.description} {s.notes} |"
+            for s in REWARDS.values()]
+    return "| reward | range | scores |\n|---|---|---|\n" + "\n".join(rows)
+
+
+def _custom_reward_box():
+    """The code box when the owner enabled custom rewards; otherwise a hidden box and the reason."""
+    try:
+        from grpo_playground.rewards.custom import ENABLE_ENV, EXAMPLE_REWARD, custom_reward_enabled
+    except ImportError:
+        gr.Markdown("Custom rewards are not available in this version of the app.")
+        return gr.Code(value="", visible=False)
+    if not custom_reward_enabled():
+        gr.Markdown(
+            f"Running pasted Python is **off** on this server: a public app must not run strangers' code. "
+            f"Its owner can start the app with `{ENABLE_ENV}=1` to allow it (in a separate process with CPU, "
+            "memory, output and 2 s wall-clock limits; see docs/custom_rewards.md for what that does not stop)."
+        )
+        return gr.Code(value="", visible=False)
+    gr.Markdown("Define `reward(completions, answer, **kwargs) -> list[float]`; its scores join the total as "
+                "column `custom` (weight 1). Leave empty to skip. Runs in a limited child process, 2 s per group.")
+    code = gr.Code(value="", language="python", label="custom reward", elem_id="sandbox-custom-code")
+    gr.Button("Insert an example", size="sm").click(lambda: EXAMPLE_REWARD, None, code, api_visibility="private")
+    return code
 
 
 def create_sandbox_tab() -> dict:
-    gr.Markdown("Coming soon.")
-    return {}
+    initial = score_view(join_group(EXAMPLE_GROUP), EXAMPLE_ANSWER, list(DEFAULT_WEIGHTS), "group",
+                         *DEFAULT_TAGS.as_list(), "", *(DEFAULT_WEIGHTS.get(n, 1.0) for n in NAMES))
+    gr.Markdown(
+        "Paste real completions of your model (one, or a group separated by lines `---`) and the gold answer. "
+        "Each reward's score, the group's advantages and the reasons update as you type."
+    )
+    with gr.Row():
+        with gr.Column(scale=2):
+            completions = gr.Textbox(join_group(EXAMPLE_GROUP), lines=14, max_lines=30, label="completions",
+                                     info="one per block; separate blocks with a line ---", elem_id="sandbox-completions")
+            answer = gr.Textbox(EXAMPLE_ANSWER, label="gold answer", max_length=1000, elem_id="sandbox-answer")
+            upload = gr.File(label="or upload a .jsonl / .csv of completions (column or key `completion`, "
+                                   "optional `answer`; at most 1 MB)", file_types=[".jsonl", ".csv"], type="filepath")
+            with gr.Accordion("Reward functions, weights, advantage scaling", open=True):
+                enabled = gr.CheckboxGroup(NAMES, value=list(DEFAULT_WEIGHTS), label="enabled reward functions",
+                                           elem_id="sandbox-enabled")
+                with gr.Row():
+                    weights = [gr.Number(DEFAULT_WEIGHTS.get(n, 1.0), label=f"weight: {n}", min_width=160)
+                               for n in NAMES]
+                scale = gr.Radio(list(SCALE_MODES), value="group", label="advantage scaling",
+                                 info="group: (r - mean) / (std + 1e-4), TRL's default; none: r - mean (Dr. GRPO)")
+                gr.Markdown(_registry_table())
+            with gr.Accordion("Format tags", open=False):
+                tag_boxes = [gr.Textbox(v, label=k, max_length=64) for k, v in DEFAULT_TAGS.to_dict().items()]
+            with gr.Accordion("Custom reward (Python)", open=False):
+                code = _custom_reward_box()
+        with gr.Column(scale=3):
+            report = gr.Markdown(initial[1], elem_id="sandbox-report")
+            table = gr.Dataframe(initial[0], label="scores (one row per completion)", interactive=False,
+                                 elem_id="sandbox-table")
+            details = gr.HTML(initial[2], elem_id="sandbox-details")
+            score_button = gr.Button("score", visible=False)
+
+    inputs = [completions, answer, enabled, scale, *tag_boxes, code, *weights]
+    for component in inputs:
+        component.change(score_view, inputs, [table, report, details], trigger_mode="always_last",
+                         api_visibility="private", show_progress="hidden")
+    score_button.click(score_table, inputs, [table], api_name="score")
+    upload.upload(upload_file, upload, [completions, answer], api_visibility="private")
+    return {"completions": completions, "answer": answer, "enabled": enabled, "weights": weights, "scale": scale,
+            "tags": tag_boxes, "code": code, "table": table, "report": report, "details": details}

@@ -1,0 +1,90 @@
+"""What the Reward sandbox accepts: a pasted group (blocks split by a line `---`) or a JSONL / CSV file.
+
+Pure functions, no Gradio: the tab, the Training tab's "open in sandbox" and the tests share them.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from pathlib import Path
+
+from grpo_playground.rewards import MAX_COMPLETIONS, MAX_TOTAL_CHARS, RewardInputError, completion_text
+
+SEPARATOR = "---"
+MAX_FILE_BYTES = 1_000_000
+# Room for the separators between 64 blocks on top of the characters the engine accepts.
+MAX_PASTE_CHARS = MAX_TOTAL_CHARS + MAX_COMPLETIONS * (len(SEPARATOR) + 2)
+_SPLIT = re.compile(rf"^{re.escape(SEPARATOR)}[ \t]*$", re.MULTILINE)
+TEXT_KEYS = ("completion", "completions", "text", "content", "response", "output")
+
+
+def split_group(text: str) -> list[str]:
+    """Blocks between lines `---`; blank blocks at the start or end are dropped, blank ones inside are
+    kept (an empty completion is a case worth scoring)."""
+    if len(text) > MAX_PASTE_CHARS:
+        raise RewardInputError(
+            f"the pasted text has {len(text):,} characters: the limit is {MAX_TOTAL_CHARS:,} of completions"
+        )
+    blocks = [b.removeprefix("\n").removesuffix("\n") for b in _SPLIT.split(text)]
+    while blocks and not blocks[0].strip():
+        blocks.pop(0)
+    while blocks and not blocks[-1].strip():
+        blocks.pop()
+    return blocks
+
+
+def join_group(completions: list[str]) -> str:
+    return f"\n{SEPARATOR}\n".join(completions)
+
+
+def _row_texts(row, where: str) -> list[str]:
+    """One completion per row; a row of a run's samples.jsonl ({"completions": [str, ...]}) gives its group."""
+    if isinstance(row, dict) and isinstance(row.get("completions"), list):
+        return [_row_texts(c, where)[0] for c in row["completions"]]
+    if isinstance(row, dict):
+        row = next((row[k] for k in TEXT_KEYS if k in row), row)
+    try:
+        return [completion_text(row)]
+    except TypeError:
+        raise RewardInputError(
+            f"{where}: expected a string or an object with one of {', '.join(TEXT_KEYS)}"
+        ) from None
+
+
+def read_completions_file(path: str | Path) -> tuple[list[str], str | None]:
+    """(completions, gold answer if the file has an `answer` column/key) from .jsonl / .json lines or .csv."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise RewardInputError(f"{path.name} is {size:,} bytes: upload at most {MAX_FILE_BYTES:,} bytes")
+    raw = path.read_bytes().decode("utf-8", errors="replace")
+    completions, answer = [], None
+    if path.suffix.lower() == ".csv":
+        reader = csv.DictReader(io.StringIO(raw))
+        key = next((k for k in TEXT_KEYS if k in (reader.fieldnames or [])), None)
+        if key is None:
+            raise RewardInputError(f"{path.name}: no column named one of {', '.join(TEXT_KEYS)} in the header")
+        for row in reader:
+            completions.append(row[key] or "")
+            answer = answer or (row.get("answer") or None)
+    elif path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
+        for n, line in enumerate(raw.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise RewardInputError(f"{path.name} line {n}: not JSON ({exc.msg}); write one object per line") from None
+            completions.extend(_row_texts(row, f"{path.name} line {n}"))
+            if isinstance(row, dict) and row.get("answer") is not None:
+                answer = answer or str(row["answer"])
+    else:
+        raise RewardInputError(f"{path.name}: upload a .jsonl or .csv file of completions")
+    if len(completions) > MAX_COMPLETIONS:
+        raise RewardInputError(f"{path.name} holds {len(completions)} completions: the limit is {MAX_COMPLETIONS}")
+    if not completions:
+        raise RewardInputError(f"{path.name} holds no completions")
+    return completions, answer

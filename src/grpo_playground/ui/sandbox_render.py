@@ -1,0 +1,87 @@
+"""Turn a scored group into what the Reward sandbox shows: a warnings block and per-completion cards with
+the extracted text highlighted. Every piece of completion text is HTML-escaped (it is untrusted)."""
+
+from __future__ import annotations
+
+import html
+
+from grpo_playground.rewards import DesignReport, GroupScore, Mark
+
+# Long completions show their head and tail (the answer is usually at the end); marks inside are kept.
+HEAD_CHARS, TAIL_CHARS = 1_500, 3_500
+COLORS = {"answer": "#b7f5b0", "number": "#ffe58a", "tag": "#cfe2ff"}
+
+
+def _color(labels: list[str]) -> str:
+    for kind in ("answer", "number"):
+        if any(label.startswith(kind) for label in labels):
+            return COLORS[kind]
+    return COLORS["tag"]
+
+
+def highlight(text: str, marks: list[Mark]) -> str:
+    """Escaped text with each marked span in a coloured <mark title="what matched">; overlapping marks
+    (a number inside the captured answer) share a span whose title lists both."""
+    windows = [(0, len(text))]
+    if len(text) > HEAD_CHARS + TAIL_CHARS:
+        windows = [(0, HEAD_CHARS), (len(text) - TAIL_CHARS, len(text))]
+    out = []
+    for w_start, w_end in windows:
+        if w_start > 0:
+            out.append(f'<span style="color:#888">\n[... {w_start - HEAD_CHARS:,} characters not shown ...]\n</span>')
+        inside = [m for m in marks if m.end > w_start and m.start < w_end]
+        cuts = sorted({w_start, w_end, *(max(w_start, min(w_end, x)) for m in inside for x in (m.start, m.end))})
+        for a, b in zip(cuts, cuts[1:]):
+            piece = html.escape(text[a:b])
+            labels = [m.label for m in inside if m.start <= a and m.end >= b]
+            if labels:
+                title = html.escape(", ".join(labels), quote=True)
+                piece = f'<mark style="background:{_color(labels)}" title="{title}">{piece}</mark>'
+            out.append(piece)
+    return "".join(out)
+
+
+def render_details(group: GroupScore) -> str:
+    cards = []
+    for i, c in enumerate(group.completions, 1):
+        rows = "".join(
+            f"<tr><td><code>{html.escape(name)}</code></td><td>{c.scores[name]:+g}</td>"
+            f"<td>{html.escape(c.reasons.get(name, 'custom reward (your code)'))}</td></tr>"
+            for name in group.names
+        )
+        counts = ", ".join(f"{html.escape(tag)} x{n}" for tag, n in c.tag_counts.items())
+        found = (
+            f"strict match captured: <code>{html.escape(repr(c.strict_answer)[:80])}</code>"
+            if c.strict_answer is not None else "strict match: <b>nothing captured</b>"
+        )
+        number = f"<code>{html.escape(c.number[:40])}</code>" if c.number is not None else "none"
+        cards.append(
+            f'<div class="sandbox-card" style="border:1px solid #ccc;border-radius:6px;padding:8px;margin:6px 0">'
+            f"<b>#{i}</b> total <b>{c.total:+.4g}</b>, advantage <b>{c.advantage:+.4g}</b>"
+            f"<div style='font-size:90%'>{found}; number read by check_numbers: {number}; tags: {counts}</div>"
+            f'<pre style="white-space:pre-wrap;margin:6px 0">{highlight(c.text, c.marks) or "<i>(empty)</i>"}</pre>'
+            f'<table style="font-size:90%">{rows}</table></div>'
+        )
+    legend = " ".join(
+        f'<mark style="background:{color}">{kind}</mark>' for kind, color in
+        [("answer (strict match)", COLORS["answer"]), ("number (check_numbers)", COLORS["number"]), ("tag", COLORS["tag"])]
+    )
+    return f"<div>Highlights: {legend}</div>" + "".join(cards)
+
+
+def render_report(group: GroupScore | None, design: DesignReport | None, notes: list[str]) -> str:
+    """Markdown: errors/notes, the zero-variance warning, the design check findings, group statistics."""
+    lines = [f"**{n}**" for n in notes]
+    if group is not None:
+        if group.zero_variance:
+            lines.append(f"⚠️ **Zero variance: this group will not learn.** {group.zero_variance_reason}.")
+        lines.append(
+            f"Group of {len(group.completions)}: mean {group.mean:+.4g}, std {group.std:.4g}, "
+            f"advantages {'(total - mean) / (std + 1e-4)' if group.scale == 'group' else 'total - mean (Dr. GRPO)'}."
+        )
+    if design is not None:
+        for f in design.findings:
+            lines.append(f"{'⚠️ **Reward design:**' if f.severity == 'warning' else 'ℹ️'} {f.message}")
+        if design.ok:
+            lines.append("✅ Reward design check: no completion without a clean answer outscores a wrong one.")
+    return "\n\n".join(lines)

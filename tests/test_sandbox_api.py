@@ -1,0 +1,111 @@
+"""The Reward sandbox through the real app: the `score` API via gradio_client, and the tab's helpers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from grpo_playground.rewards import MAX_COMPLETIONS, RewardInputError, score_group
+from grpo_playground.ui.sandbox_input import join_group, read_completions_file, split_group
+from grpo_playground.ui.sandbox_render import highlight, render_details
+from grpo_playground.ui.sandbox_tab import EXAMPLE_ANSWER, EXAMPLE_GROUP, load_group_into_sandbox
+
+W = "<start_working_out>6 x 7 = 42<end_working_out>"
+GROUP_TEXT = f"{W}<SOLUTION>42</SOLUTION>\n---\n{W}<SOLUTION>41</SOLUTION>\n---\n{W}<SOLUTION>42"
+
+
+@pytest.fixture(scope="module")
+def client(app_url):
+    from gradio_client import Client
+
+    return Client(app_url, verbose=False)
+
+
+def test_score_endpoint_returns_one_row_per_completion_with_seed_defaults(client):
+    table = client.predict(GROUP_TEXT, "42", api_name="/score")
+    assert table["headers"] == ["match_format_approximately", "check_answer", "check_numbers", "total", "advantage"]
+    rows = table["data"]
+    assert [r[:4] for r in rows] == [[1.5, 5.0, 3.5, 10.0], [1.5, 2.0, -1.5, 2.0], [0.0, -2.0, 3.5, 1.5]]
+    expected = score_group(split_group(GROUP_TEXT), "42").advantages
+    assert [r[4] for r in rows] == pytest.approx(expected, abs=1e-6)
+
+
+def test_score_endpoint_takes_functions_scale_and_tags(client):
+    table = client.predict(
+        "x</think><answer>41</answer>\n---\nx</think><answer>42",
+        "42",
+        ["check_answer_strict_nomatch", "match_format_exactly"],
+        "none",
+        "<think>", "</think>", "<answer>", "</answer>",
+        api_name="/score",
+    )
+    assert table["headers"] == ["match_format_exactly", "check_answer_strict_nomatch", "total", "advantage"]
+    # totals 3.0 and -3.0: Dr. GRPO advantages are total - mean, no std division
+    assert [r[2:] for r in table["data"]] == [[3.0, 3.0], [-3.0, -3.0]]
+
+
+@pytest.mark.parametrize(
+    "text,answer,message",
+    [
+        ("x", "", "give the gold answer"),
+        (join_group(["x"] * (MAX_COMPLETIONS + 1)), "42", "65 completions in one request"),
+    ],
+)
+def test_score_endpoint_errors_say_what_to_fix(client, text, answer, message):
+    with pytest.raises(Exception, match=message):
+        client.predict(text, answer, api_name="/score")
+
+
+def test_split_group_keeps_inner_empty_blocks_and_drops_edges():
+    assert split_group("\n---\na\n---\n\n---\nb\n---   \n") == ["a", "", "b"]
+    assert split_group(join_group(EXAMPLE_GROUP)) == EXAMPLE_GROUP
+    with pytest.raises(RewardInputError, match="the limit is 200,000"):
+        split_group("x" * 300_000)
+
+
+def test_load_group_into_sandbox_round_trips():
+    text, answer = load_group_into_sandbox(EXAMPLE_GROUP, 42)
+    assert split_group(text) == EXAMPLE_GROUP and answer == EXAMPLE_ANSWER
+
+
+def test_read_jsonl_csv_and_run_samples(tmp_path):
+    jsonl = tmp_path / "group.jsonl"
+    jsonl.write_text("\n".join(json.dumps(r) for r in [
+        {"completion": "a", "answer": "7"},
+        {"completion": [{"role": "assistant", "content": "b"}]},
+        "c",
+    ]))
+    assert read_completions_file(jsonl) == (["a", "b", "c"], "7")
+    samples = tmp_path / "samples.jsonl"  # one line of a run's samples.jsonl: a whole group
+    samples.write_text(json.dumps({"step": 5, "answer": "42", "completions": ["x", "y"]}) + "\n")
+    assert read_completions_file(samples) == (["x", "y"], "42")
+    csv_file = tmp_path / "group.csv"
+    csv_file.write_text('completion,answer\n"line one\nline two",3\nsecond,3\n')
+    assert read_completions_file(csv_file) == (["line one\nline two", "second"], "3")
+
+
+@pytest.mark.parametrize(
+    "name,content,message",
+    [
+        ("bad.jsonl", "{not json", "line 1: not JSON"),
+        ("bad.csv", "foo,bar\n1,2\n", "no column named one of completion"),
+        ("bad.txt", "hello", "upload a .jsonl or .csv"),
+        ("big.jsonl", "x" * 1_000_001, "upload at most 1,000,000 bytes"),
+        ("many.jsonl", "\n".join(['"x"'] * 65), "holds 65 completions"),
+    ],
+)
+def test_bad_files_are_refused_with_the_fix(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(RewardInputError, match=message):
+        read_completions_file(path)
+
+
+def test_highlight_escapes_html_and_marks_the_answer():
+    text = W + "<SOLUTION><script>alert(1)</script>42</SOLUTION>"
+    group = score_group([text], "42")
+    page = render_details(group)
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    html = highlight(group.completions[0].text, group.completions[0].marks)
+    assert 'title="answer (strict match)"' in html and 'title="&lt;SOLUTION&gt; x1"' in html
