@@ -273,15 +273,21 @@ def _interpreter(drop_to_nobody: bool) -> str:
                        "a non-root user.")
 
 
-@functools.cache
+_NAMESPACE_PROBE: dict[bool, bool] = {}
+
+
 def _namespaces_work(drop_to_nobody: bool) -> bool:
     """Probe once: does a namespaced worker start and score here? (Docker's default seccomp forbids it.)"""
-    if not shutil.which("unshare") or not sys.platform.startswith("linux"):
-        return False
-    probe = {"code": "def reward(completions, answer, **kw):\n    return [1.0] * len(completions)\n",
-             "completions": ["x"], "answer": "1"}
-    result = _run_worker(probe, Limits(), True, drop_to_nobody)
-    return result.scores == [1.0]
+    if drop_to_nobody not in _NAMESPACE_PROBE:
+        if not shutil.which("unshare") or not sys.platform.startswith("linux"):
+            return _NAMESPACE_PROBE.setdefault(drop_to_nobody, False)
+        probe = {"code": "def reward(completions, answer, **kw):\n    return [1.0] * len(completions)\n",
+                 "completions": ["x"], "answer": "1"}
+        result = _run_worker(probe, Limits(), True, drop_to_nobody)
+        if result.timed_out:  # a busy machine says nothing about the kernel: probe again next call
+            return False
+        _NAMESPACE_PROBE[drop_to_nobody] = result.scores == [1.0]
+    return _NAMESPACE_PROBE[drop_to_nobody]
 
 
 def _describe_isolation(limits: Limits, namespaced: bool, drop_to_nobody: bool) -> str:
