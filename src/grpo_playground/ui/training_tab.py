@@ -268,7 +268,7 @@ def create_training_tab() -> dict:
         path.write_text(dump_recipe(config), encoding="utf-8")
         return str(path), cli_for_recipe(path.name, "all")
 
-    def start(stage_value, token_value, *values):
+    def start_from_form(stage_value, token_value, *values):
         try:
             info = jobs.start_run(config_from_values(specs, list(values)), stage_value, token_value)
         except USER_ERRORS as exc:
@@ -276,12 +276,12 @@ def create_training_tab() -> dict:
         return (gr.Dropdown(choices=[i.run_id for i in jobs.list_runs()], value=info.run_id),
                 f"Started **{info.run_id}** ({info.state}): `{jobs.shell_command(info.job['command'])}`")
 
-    def stop(run_id, token_value):
+    def stop_selected(run_id, token_value):
         if not run_id:
             raise gr.Error("pick a run to stop")
         return f"Stop requested: {api_stop(run_id, token_value)['status'].get('reason', '')}"
 
-    def resume(run_id, token_value):
+    def resume_selected(run_id, token_value):
         if not run_id:
             raise gr.Error("pick a run to resume")
         return f"Resuming {run_id}: {api_resume(run_id, token_value)['state']}"
@@ -296,25 +296,25 @@ def create_training_tab() -> dict:
         feed.poll()
         return _compare(run_id, feed.metrics, other_id, key)
 
-    load_btn.click(load_shipped, recipe_pick, [*form, form_msg, cli])
-    upload.upload(load_uploaded, upload, [*form, form_msg, cli])
-    gr.on([c.input for c in form] + [stage.change], check_form, [stage, *form], [form_msg, cli])
-    save_btn.click(save_form, form, [saved, cli])
-    start_btn.click(start, [stage, token, *form], [run_pick, run_msg])
-    stop_btn.click(stop, [run_pick, token], run_msg)
-    resume_btn.click(resume, [run_pick, token], run_msg)
-    run_pick.change(compare_choices, run_pick, compare_run)
+    # The API first, so its names are the plain ones; the UI's own listeners stay private.
+    for fn, name in ((api_start, "start"), (api_stop, "stop"), (api_resume, "resume"), (api_status, "status"),
+                     (api_runs, "runs")):
+        gr.api(fn, api_name=name)
+    ui = dict(api_visibility="private")
+    load_btn.click(load_shipped, recipe_pick, [*form, form_msg, cli], **ui)
+    upload.upload(load_uploaded, upload, [*form, form_msg, cli], **ui)
+    gr.on([c.input for c in form] + [stage.change], check_form, [stage, *form], [form_msg, cli], **ui)
+    save_btn.click(save_form, form, [saved, cli], **ui)
+    start_btn.click(start_from_form, [stage, token, *form], [run_pick, run_msg], **ui)
+    stop_btn.click(stop_selected, [run_pick, token], run_msg, **ui)
+    resume_btn.click(resume_selected, [run_pick, token], run_msg, **ui)
+    run_pick.change(compare_choices, run_pick, compare_run, **ui)
     gr.on([compare_run.change, compare_key.change], redraw_compare, [run_pick, compare_run, compare_key],
-          compare_plot)
+          compare_plot, **ui)
     timer.tick(poll, [run_pick, view, compare_run, compare_key],
                [run_pick, progress, queue_md, *plots, sample_caption, samples, findings, preflight, log, history,
-                compare_plot, view], show_progress="hidden")
+                compare_plot, view], show_progress="hidden", **ui)
 
-    gr.api(api_start, api_name="start")
-    gr.api(api_stop, api_name="stop")
-    gr.api(api_resume, api_name="resume")
-    gr.api(api_status, api_name="status")
-    gr.api(api_runs, api_name="runs")
     return {"form": form, "specs": specs, "stage": stage, "token": token, "start": start_btn, "run": run_pick,
             "stop": stop_btn, "resume": resume_btn, "plots": plots, "samples": samples, "view": view,
             "to_sandbox": to_sandbox, "findings": findings, "preflight": preflight, "log": log}
@@ -343,4 +343,5 @@ def link_to_sandbox(training: dict, sandbox: dict) -> None:
         return text, str(group.get("answer", "")), selected
 
     outputs = [sandbox["completions"], sandbox["answer"]] + ([tabs] if tabs is not None else [])
-    training["to_sandbox"].click(lambda v: open_group(v)[: len(outputs)], training["view"], outputs)
+    training["to_sandbox"].click(lambda v: open_group(v)[: len(outputs)], training["view"], outputs,
+                                 api_visibility="private")

@@ -1,0 +1,224 @@
+"""The Training tab and its API, driven through the real app with gradio_client, running the real
+`python -m pipelines.train` on the embedded tiny model (few steps: seconds to a minute each on 2 cores).
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/test_training_tab.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+from gradio_client import Client
+
+from conftest import ROOT, free_port
+from grpo_playground.config import SECTIONS, ConfigError, RunConfig, apply_overrides, dump_recipe, load_recipe
+from grpo_playground.jobs import group_members
+from grpo_playground.rewards import REWARDS
+from grpo_playground.ui import run_views
+from grpo_playground.ui.config_form import config_from_values, form_fields, values_from_config
+
+TINY_READY = (ROOT / "assets" / "tiny" / "config.json").exists()
+needs_tiny = pytest.mark.skipif(not TINY_READY, reason="assets/tiny is missing: python -m pipelines.build_tiny")
+TERMINAL = ("stopped", "finished", "failed")
+
+
+def tiny_recipe(*overrides: str) -> str:
+    """The shipped tiny-cpu recipe cut down to a few steps, as the YAML text an API client sends."""
+    cfg = apply_overrides(load_recipe(ROOT / "recipes" / "tiny-cpu.yaml"),
+                          ["tracking.swanlab=disabled", "data.n_sft=256", "data.n_grpo=64", *overrides])
+    return dump_recipe(cfg)
+
+
+def wait_status(client: Client, run_id: str, predicate, timeout: float = 240, what: str = ""):
+    deadline = time.time() + timeout
+    summary = None
+    while time.time() < deadline:
+        summary = client.predict(run_id, api_name="/status")
+        if predicate(summary):
+            return summary
+        time.sleep(0.5)
+    log = Path(os.environ["GRPO_PLAYGROUND_RUNS_DIR"], run_id, "log.txt")
+    raise AssertionError(f"timed out waiting for {what}: {json.dumps(summary)[:1500]}\n"
+                         f"log tail:\n{log.read_text()[-3000:] if log.exists() else ''}")
+
+
+def wait_no_process(pgid: int, timeout: float = 30) -> None:
+    deadline = time.time() + timeout
+    while group_members(pgid) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not group_members(pgid), f"processes left in the job's group: {group_members(pgid)}"
+
+
+@pytest.fixture(scope="module")
+def client(app_url):
+    return Client(app_url, verbose=False)
+
+
+# --- the form is the RunConfig ------------------------------------------------------------------------
+
+def test_form_has_every_config_field_and_nothing_else():
+    specs = form_fields()
+    covered = {(s.section, s.name) for s in specs}
+    expected = {(None, "name")} | {(section, f.name) for section, cls in SECTIONS.items() for f in fields(cls)}
+    assert covered == expected
+    kinds = {(s.section, s.name): s.kind for s in specs}
+    # the kinds follow the annotations: a number box for numbers, a checkbox for bools, a table for weights
+    assert kinds[("grpo", "learning_rate")] == "float" and kinds[("grpo", "max_steps")] == "int"
+    assert kinds[("sft", "enabled")] == "bool" and kinds[("grpo", "loss_type")] == "choice"
+    assert kinds[("rewards", "weights")] == "weights" and kinds[("rewards", "tags")] == "tag"
+    assert all(s.help for s in specs), "every field shows its help text"
+
+
+@pytest.mark.parametrize("recipe", sorted(p.name for p in (ROOT / "recipes").glob("*.yaml")))
+def test_every_shipped_recipe_round_trips_through_the_form(recipe):
+    cfg = load_recipe(ROOT / "recipes" / recipe)
+    specs = form_fields()
+    values = values_from_config(specs, cfg)
+    weights_rows = values[[s.kind for s in specs].index("weights")]
+    assert [row[0] for row in weights_rows] == list(REWARDS)  # every registered reward can be switched on
+    assert config_from_values(specs, values) == cfg
+
+
+def test_a_bad_form_value_names_the_field():
+    specs = form_fields()
+    values = values_from_config(specs, RunConfig())
+    values[[(s.section, s.name) for s in specs].index(("grpo", "learning_rate"))] = 0.5
+    with pytest.raises(ConfigError, match=r"grpo\.learning_rate"):
+        config_from_values(specs, values)
+
+
+# --- live views over recorded run files -------------------------------------------------------------------
+
+def test_charts_and_progress_from_a_metrics_stream():
+    metrics = [{"stage": "sft", "step": 10, "time": 0.0, "loss": 1.5, "learning_rate": 2e-4},
+               {"stage": "grpo", "step": 5, "max_steps": 20, "time": 100.0, "reward": -2.0, "reward_std": 0.0,
+                "rewards/check_answer/mean": -2.0, "rewards/check_numbers/mean": -2.5, "loss": 0.0,
+                "completions/clipped_ratio": 1.0, "frac_reward_zero_std": 1.0},
+               {"stage": "grpo", "step": 10, "max_steps": 20, "time": 150.0, "reward": -1.0, "reward_std": 0.5},
+               {"stage": "grpo", "step": 20, "train_runtime": 9.0}]  # the Trainer's summary row is no step
+    frames = dict(zip([c[0] for c in run_views.CHARTS], run_views.chart_frames(metrics)))
+    per_reward = frames["Each reward function's mean"]
+    assert set(per_reward["series"]) == {"check_answer", "check_numbers"}
+    assert frames["Reward (mean) and reward std"]["step"].tolist() == [5, 5, 10, 10]
+    assert set(frames["Loss"]["series"]) == {"sft loss", "grpo loss"}  # both stages, told apart
+    p = run_views.progress({"stage": "grpo", "step": 10, "max_steps": 20}, metrics)
+    assert p["fraction"] == 0.5 and p["eta_s"] == pytest.approx(100.0)  # 10 s per step, 10 steps to go
+
+
+# --- jobs through the app's API ----------------------------------------------------------------------------
+
+def test_bad_recipe_is_refused_with_the_field_named(client):
+    with pytest.raises(Exception, match=r"grpo\.num_generations"):
+        client.predict(tiny_recipe().replace("num_generations: 8", "num_generations: 1"), "all", "",
+                       api_name="/start")
+
+
+def test_owner_token_guards_start_stop_resume_but_not_watching(client, monkeypatch):
+    monkeypatch.setenv("GRPO_PLAYGROUND_OWNER_TOKEN", "owner-s3cret")
+    for args, api in (((tiny_recipe(), "all", ""), "/start"), ((tiny_recipe(), "all", "guess"), "/start"),
+                      (("any-run", "nope"), "/stop"), (("any-run", ""), "/resume")):
+        with pytest.raises(Exception, match="owner token"):
+            client.predict(*args, api_name=api)
+    assert isinstance(client.predict(api_name="/runs"), list)  # visitors can watch
+
+
+@needs_tiny
+def test_crash_marks_failed_and_the_app_keeps_serving(client):
+    started = client.predict(tiny_recipe("model.name_or_path=/nonexistent/model"), "sft", "", api_name="/start")
+    done = wait_status(client, started["run_id"], lambda s: s["state"] in TERMINAL, what="the crash")
+    assert done["state"] == "failed"
+    assert "/nonexistent/model" in done["status"]["reason"]
+    wait_no_process(started["pgid"])
+    assert any(r["run_id"] == started["run_id"] for r in client.predict(api_name="/runs"))
+
+
+@pytest.mark.slow
+@needs_tiny
+def test_start_grow_stop_resume_queue_restart(client, app_url):
+    recipe = tiny_recipe("sft.max_steps=400", "sft.logging_steps=2", "sft.save_steps=1000",
+                         "sft.per_device_batch_size=8")
+    first = client.predict(recipe, "sft", "", api_name="/start")
+    run_id = first["run_id"]
+    # metrics grow while it runs
+    grown = wait_status(client, run_id, lambda s: s["metrics"] >= 2, what="two metric rows")
+    assert grown["state"] == "running"
+    later = wait_status(client, run_id, lambda s: s["metrics"] > grown["metrics"], what="more metrics")
+    assert later["last_metrics"]["step"] > grown["last_metrics"]["step"]
+
+    # the queue: a second job waits, visibly, while the first one runs; it can leave the queue
+    second = client.predict(recipe, "sft", "", api_name="/start")
+    time.sleep(2)
+    waiting = client.predict(second["run_id"], api_name="/status")
+    assert waiting["state"] == "queued" and waiting["queue_position"] == 1
+    client.predict(second["run_id"], "", api_name="/stop")
+    assert wait_status(client, second["run_id"], lambda s: s["state"] in TERMINAL)["status"]["reason"] == \
+        "stopped while queued"
+
+    # stop: the job saves at the step boundary and exits; nothing of its process group is left
+    client.predict(run_id, "", api_name="/stop")
+    stopped = wait_status(client, run_id, lambda s: s["state"] in TERMINAL, timeout=120, what="stop")
+    assert stopped["state"] == "stopped", stopped
+    wait_no_process(first["pgid"])
+    stopped_step = stopped["status"]["step"]
+    assert stopped_step > 0
+
+    # resume: the step count continues from the checkpoint saved at the stop
+    resumed = client.predict(run_id, "", api_name="/resume")
+    assert resumed["pgid"] != first["pgid"]
+    wait_status(client, run_id, lambda s: s["state"] == "running" and s["status"].get("step", 0) > stopped_step,
+                what="steps after the resume")
+
+    # restart the app: a second launch on another port re-attaches to the running job from disk
+    port = free_port()
+    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1"}
+    app2 = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        client2 = _connect(f"http://127.0.0.1:{port}/")
+        seen = client2.predict(run_id, api_name="/status")
+        assert seen["state"] == "running" and seen["pgid"] == resumed["pgid"]
+        wait_status(client2, run_id, lambda s: s["metrics"] > seen["metrics"], what="metrics seen by the new app")
+        client2.predict(run_id, "", api_name="/stop")
+        assert wait_status(client2, run_id, lambda s: s["state"] in TERMINAL, timeout=120)["state"] == "stopped"
+        wait_no_process(resumed["pgid"])
+    finally:
+        app2.terminate()
+        app2.wait(timeout=30)
+
+
+def _connect(url: str, timeout: float = 120) -> Client:
+    deadline = time.time() + timeout
+    while True:
+        try:
+            return Client(url, verbose=False)
+        except Exception:
+            if time.time() > deadline:
+                raise
+            time.sleep(1)
+
+
+@pytest.mark.slow
+@needs_tiny
+def test_grpo_run_shows_samples_and_the_doctor(client):
+    """GRPO on the base tiny model (no SFT): sample groups appear with per-reward scores, and the doctor
+    names the flat reward / zero-variance collapse (the seed's story)."""
+    recipe = tiny_recipe("sft.enabled=false", "grpo.max_steps=4", "grpo.logging_steps=1",
+                         "grpo.num_generations=4", "grpo.per_device_batch_size=8", "grpo.max_completion_length=32")
+    started = client.predict(recipe, "grpo", "", api_name="/start")
+    done = wait_status(client, started["run_id"], lambda s: s["state"] in TERMINAL, timeout=400, what="GRPO run")
+    assert done["state"] == "finished", done
+    from grpo_playground.ui.training_tab import poll
+
+    outputs = poll(started["run_id"], None, None, "reward")
+    caption, samples, findings = outputs[3 + len(run_views.CHARTS): 6 + len(run_views.CHARTS)]
+    assert "answer" in caption
+    assert {"completion", "check_answer", "total", "advantage"} <= set(samples.columns)
+    assert len(samples) == 4
+    assert {"flat_reward", "zero_std"} & set(findings["rule"])
