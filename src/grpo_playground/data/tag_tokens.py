@@ -88,11 +88,16 @@ class RegisteredTags:
     new_ids: list[int]  # ids of the tags added now (empty when all were single tokens already)
     all_ids: list[int]  # id of every tag after registration
     vocab_size: int
+    embedding_modules: list[str]  # module names holding rows of the new ids: input, and output when untied
 
     def peft_kwargs(self) -> dict:
-        """LoraConfig arguments that make the new embedding rows trainable (PEFT's trainable_token_indices:
-        only these rows train and are saved with the adapter, unlike modules_to_save's full matrices)."""
-        return {"trainable_token_indices": {"embed_tokens": list(self.new_ids)}} if self.new_ids else {}
+        """LoraConfig arguments that make the new rows trainable. PEFT's trainable_token_indices trains and saves
+        only these rows (modules_to_save would save whole vocab-sized matrices). A tied output layer follows
+        the input embedding by itself; an untied one (Qwen3-8B) must be listed too, or the model could read
+        the tags but never learn to write them."""
+        if not self.new_ids:
+            return {}
+        return {"trainable_token_indices": {name: list(self.new_ids) for name in self.embedding_modules}}
 
 
 def register_tags(model, tokenizer, tags: Tags = DEFAULT_TAGS) -> RegisteredTags:
@@ -102,6 +107,10 @@ def register_tags(model, tokenizer, tags: Tags = DEFAULT_TAGS) -> RegisteredTags
     from tokenizers import AddedToken
 
     before = {t.tag: t for t in tag_token_report(tokenizer, tags)}
+    modules = {id(m): name.rsplit(".", 1)[-1] for name, m in model.named_modules()}
+    input_emb, output_emb = model.get_input_embeddings(), model.get_output_embeddings()
+    tied = output_emb is None or output_emb.weight.data_ptr() == input_emb.weight.data_ptr()
+    embedding_modules = [modules[id(input_emb)]] + ([] if tied else [modules[id(output_emb)]])
     specials = [t.tag for t in before.values() if t.special]
     if specials:
         raise ValueError(
@@ -116,9 +125,8 @@ def register_tags(model, tokenizer, tags: Tags = DEFAULT_TAGS) -> RegisteredTags
             model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
         with torch.no_grad():
             matrices = [model.get_input_embeddings().weight]
-            output = model.get_output_embeddings()
-            if output is not None and output.weight.data_ptr() != matrices[0].data_ptr():
-                matrices.append(output.weight)
+            if not tied:
+                matrices.append(model.get_output_embeddings().weight)
             for tag in to_add:
                 new_id = tokenizer.convert_tokens_to_ids(tag)
                 for weight in matrices:
@@ -128,4 +136,4 @@ def register_tags(model, tokenizer, tags: Tags = DEFAULT_TAGS) -> RegisteredTags
     if broken:
         raise RuntimeError(f"tags {broken} still split after registration: the tokenizer ignored the added tokens")
     new_ids = [t.ids[0] for t in after if t.tag in to_add]
-    return RegisteredTags(new_ids, [t.ids[0] for t in after], len(tokenizer))
+    return RegisteredTags(new_ids, [t.ids[0] for t in after], len(tokenizer), embedding_modules)
