@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from grpo_playground.data.chat_template import turn_end
+
 
 @dataclass
 class Generation:
@@ -37,8 +39,13 @@ class TransformersBackend:
         self.model, self.tokenizer = load_model_and_tokenizer(model, dtype=dtype, device=device, trainable=False)
         self.model.eval()
         self.tokenizer.padding_side = "left"
+        # Stop at the end of the assistant turn as the chat template writes it (some GGUF conversions name
+        # another token as eos, e.g. SmolLM2's <|im_start|>), or at any eos the model's config lists.
         config_eos = self.model.generation_config.eos_token_id
         eos = set(config_eos if isinstance(config_eos, list) else [config_eos]) | {self.tokenizer.eos_token_id}
+        end_ids = self.tokenizer.encode(turn_end(self.tokenizer), add_special_tokens=False)
+        if len(end_ids) == 1:
+            eos |= set(end_ids)
         self.eos_ids = sorted(i for i in eos if i is not None)
 
     def generate(self, prompts: list[str], max_new_tokens: int) -> list[Generation]:
