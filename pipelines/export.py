@@ -1,0 +1,59 @@
+"""Export a trained run (or a plain model) to GGUF for llama.cpp / Ollama, fully offline.
+
+    python -m pipelines.export --run runs/RUN_ID --gguf q4_k_m                 # the grpo stage (sft if no grpo)
+    python -m pipelines.export --run runs/RUN_ID --stage sft --gguf f16 q8_0 q4_k_m --lora-gguf
+    python -m pipelines.export --model smollm2-135m --gguf q4_k_m               # a registry name or HF folder
+    HF_TOKEN=... python -m pipelines.export --run runs/RUN_ID --push-to-hub you/my-reasoner
+
+Writes lora/, merged/, NAME.<type>.gguf, Modelfile and export.json (with the greedy f16-vs-HF check) into
+RUN_DIR/export/<stage>/ or exports/<model>/, and prints the written paths last, one per line.
+Exit code 1 when a check failed or the push failed (the files are written anyway).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    from grpo_playground.export import GGUF_TYPES, STAGES, export_run
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--run", help="run folder with sft/ and grpo/ LoRA adapters")
+    source.add_argument("--model", help="registry name (e.g. tiny, smollm2-135m) or a HF model folder")
+    parser.add_argument("--stage", choices=STAGES, help="which adapter of the run (default: grpo, else sft)")
+    parser.add_argument("--gguf", nargs="+", default=["q4_k_m"], metavar="TYPE",
+                        help=f"GGUF types to write (f16 always); choices: {', '.join(GGUF_TYPES)}")
+    parser.add_argument("--lora-gguf", action="store_true", help="also write the LoRA as a GGUF adapter (+ base f16)")
+    parser.add_argument("--out", help="output folder (default RUN/export/STAGE or exports/MODEL)")
+    parser.add_argument("--push-to-hub", metavar="REPO", help="upload the folder to this hub repo (needs HF_TOKEN)")
+    parser.add_argument("--no-verify", action="store_true", help="skip the greedy f16-vs-HF and q4 answer checks")
+    parser.add_argument("--verify-tokens", type=int, default=24, help="greedy tokens compared per prompt")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+    def say(message: str) -> None:
+        print(f"[export] {message}", file=sys.stderr, flush=True)
+
+    try:
+        result = export_run(args.run, model=args.model, stage=args.stage, gguf=args.gguf, lora_gguf=args.lora_gguf,
+                            out_dir=args.out, push_to_hub=args.push_to_hub, verify=not args.no_verify,
+                            verify_tokens=args.verify_tokens, say=say)
+    except (ValueError, FileNotFoundError, RuntimeError) as error:
+        print(f"export failed: {error}", file=sys.stderr)
+        return 2
+    for problem in result["errors"]:
+        say(f"PROBLEM: {problem}")
+    if result.get("hub"):
+        say(result["hub"]["message"])
+    say(f"done in {result['seconds']} s")
+    for path in result["files"].values():
+        print(path)
+    return 1 if result["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""Export: LoRA merge, GGUF convert / quantize (llama.cpp's own tools, offline), Ollama Modelfile, hub push.
+
+Importing this package never imports torch: the UI calls `export_command` / `start_export` to run the
+export as a child process (`python -m pipelines.export`), which calls `export_run`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from grpo_playground.export.gguf_files import GGUF_TYPES
+from grpo_playground.export.pipeline import RESULT_FILE, STAGES, export_run, exports_dir
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def export_command(run_dir: str | Path | None = None, *, model: str | None = None, stage: str | None = None,
+                   gguf: list[str] | tuple[str, ...] = ("q4_k_m",), lora_gguf: bool = False,
+                   push_to_hub: str | None = None) -> list[str]:
+    """The CLI command that exports a run (or a model): what the Training tab runs and shows."""
+    command = [sys.executable, "-m", "pipelines.export"]
+    command += ["--run", str(run_dir)] if run_dir is not None else ["--model", str(model)]
+    if stage:
+        command += ["--stage", stage]
+    command += ["--gguf", *gguf]
+    if lora_gguf:
+        command.append("--lora-gguf")
+    if push_to_hub:
+        command += ["--push-to-hub", push_to_hub]
+    return command
+
+
+def start_export(log_file: str | Path, **kwargs) -> subprocess.Popen:
+    """Start `export_command(**kwargs)` in its own session, output to log_file (never a pipe)."""
+    log = open(log_file, "ab")
+    try:
+        return subprocess.Popen(export_command(**kwargs), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    finally:
+        log.close()
+
+
+__all__ = ["GGUF_TYPES", "RESULT_FILE", "STAGES", "export_command", "export_run", "exports_dir", "start_export"]

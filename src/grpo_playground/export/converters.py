@@ -1,0 +1,59 @@
+"""llama.cpp's own HF -> GGUF converters, found offline and run in a child process.
+
+PyPI's llama-cpp-python wheel ships no convert scripts, but its sdist holds them (vendor/llama.cpp).
+scripts/install.sh extracts `convert_hf_to_gguf.py`, `convert_lora_to_gguf.py`, `conversion/` and `gguf-py/`
+into CONVERTERS_SUBDIR inside the venv, so an export never downloads anything. The scripts run in a child
+process (see convert_runner.py) because they put their own, newer `gguf-py` on sys.path, which must not
+shadow the installed `gguf` package that transformers uses to read GGUF files.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+LLAMA_CPP_VERSION = "0.3.36"
+CONVERTERS_ENV = "GRPO_PLAYGROUND_LLAMA_CPP_CONVERTERS"
+CONVERTERS_SUBDIR = Path("share") / "grpo-playground" / f"llama.cpp-{LLAMA_CPP_VERSION}"
+REQUIRED = ("convert_hf_to_gguf.py", "convert_lora_to_gguf.py", "conversion", "gguf-py")
+CONVERT_TIMEOUT_S = 1800
+
+
+def converters_dir() -> Path:
+    """The folder holding llama.cpp's convert scripts (env GRPO_PLAYGROUND_LLAMA_CPP_CONVERTERS, else the venv's)."""
+    folder = Path(os.environ.get(CONVERTERS_ENV) or Path(sys.prefix) / CONVERTERS_SUBDIR)
+    missing = [name for name in REQUIRED if not (folder / name).exists()]
+    if missing:
+        raise FileNotFoundError(
+            f"llama.cpp converters not found in {folder} (missing {', '.join(missing)}): run `bash scripts/install.sh`, "
+            f"which extracts them from the llama-cpp-python=={LLAMA_CPP_VERSION} sdist, or set {CONVERTERS_ENV} "
+            "to a llama.cpp checkout"
+        )
+    return folder
+
+
+def _run(kind: str, args: list[str], log: Path | None) -> None:
+    command = [sys.executable, "-m", "grpo_playground.export.convert_runner", kind, str(converters_dir()), *args]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
+                                                                    os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=CONVERT_TIMEOUT_S, env=env)
+    if log is not None:
+        with open(log, "a", encoding="utf-8") as handle:
+            handle.write(f"$ {' '.join(command)}\n{result.stdout}{result.stderr}\n")
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
+        raise RuntimeError(f"llama.cpp {kind} conversion failed (exit {result.returncode}):\n{tail}")
+
+
+def convert_model(hf_dir: Path, out_file: Path, outtype: str = "f16", log: Path | None = None) -> Path:
+    """A Hugging Face model directory -> one GGUF file (outtype f32, f16, bf16 or q8_0)."""
+    _run("hf", [str(hf_dir), "--outfile", str(out_file), "--outtype", outtype], log)
+    return out_file
+
+
+def convert_lora(adapter_dir: Path, base_dir: Path, out_file: Path, outtype: str = "f16", log: Path | None = None) -> Path:
+    """A PEFT LoRA adapter directory -> a GGUF LoRA adapter (llama.cpp `--lora` / llama_cpp `lora_path`)."""
+    _run("lora", [str(adapter_dir), "--base", str(base_dir), "--outfile", str(out_file), "--outtype", outtype], log)
+    return out_file

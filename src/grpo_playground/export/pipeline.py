@@ -1,0 +1,175 @@
+"""export_run: a trained run (or a plain model) -> LoRA copy, merged HF model, GGUF files, GGUF LoRA adapter,
+Ollama Modelfile, optional hub upload, and export.json with the checks. Runs in a child process (it
+imports torch); the UI starts it through `export_command`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+from grpo_playground.export.gguf_files import check_types, write_lora_gguf, write_model_ggufs
+from grpo_playground.export.hub import push_folder
+from grpo_playground.export.modelfile import write_modelfile
+from grpo_playground.tags import DEFAULT_TAGS, Tags
+
+EXPORTS_DIR_ENV = "GRPO_PLAYGROUND_EXPORTS_DIR"
+STAGES = ("grpo", "sft")
+RESULT_FILE = "export.json"
+
+
+def exports_dir() -> Path:
+    """Where plain-model exports go (env GRPO_PLAYGROUND_EXPORTS_DIR, default ./exports)."""
+    return Path(os.environ.get(EXPORTS_DIR_ENV) or "exports").resolve()
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")[:60] or "model"
+
+
+def pick_stage(run_dir: Path, stage: str | None) -> str:
+    """The stage whose adapter to export: the given one, else grpo when it exists, else sft."""
+    if stage is not None and stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}: use one of {', '.join(STAGES)}")
+    for candidate in [stage] if stage else STAGES:
+        if (run_dir / candidate / "adapter_config.json").is_file():
+            return candidate
+    present = [s for s in STAGES if (run_dir / s).is_dir()]
+    raise FileNotFoundError(
+        f"{run_dir} has no {stage or 'grpo/ or sft/'} LoRA adapter (adapter_config.json); stages present: "
+        f"{present or 'none'}: wait for the stage to finish, or pick another with --stage"
+    )
+
+
+def _merged_model(adapter_dir: Path | None, model: str | None, target: Path):
+    """Load base (+ adapter, merged into the weights) in float32, save it as a plain HF folder in target."""
+    from grpo_playground.models import load_model_and_tokenizer
+
+    loaded, tokenizer = load_model_and_tokenizer(str(adapter_dir or model), dtype="float32", device="cpu", trainable=False)
+    if adapter_dir is not None:
+        loaded = loaded.merge_and_unload()
+    loaded.eval()
+    loaded.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    _fix_byte_level_decoder(target / "tokenizer.json")
+    return loaded, tokenizer
+
+
+def _fix_byte_level_decoder(tokenizer_json: Path) -> None:
+    """A byte-level BPE needs a ByteLevel decoder. Tokenizers that transformers rebuilds from a GGUF (the
+    dequantized smollm2) get a SentencePiece-style ByteFallback decoder instead; llama.cpp's converter then
+    writes an SPM vocab that crashes llama.cpp at run time. Decoding is the same for these vocabularies."""
+    if not tokenizer_json.is_file():
+        return
+    data = json.loads(tokenizer_json.read_text(encoding="utf-8"))
+    pre, decoder = data.get("pre_tokenizer") or {}, data.get("decoder") or {}
+    byte_level = pre.get("type") == "ByteLevel" or any(p.get("type") == "ByteLevel" for p in pre.get("pretokenizers", []))
+    parts = decoder.get("decoders", [decoder])
+    if byte_level and any(p.get("type") == "ByteFallback" for p in parts):
+        data["decoder"] = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}
+        tokenizer_json.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+
+
+def export_run(
+    run_dir: str | Path | None = None,
+    *,
+    model: str | None = None,
+    stage: str | None = None,
+    gguf: list[str] | tuple[str, ...] = ("q4_k_m",),
+    lora_gguf: bool = False,
+    out_dir: str | Path | None = None,
+    push_to_hub: str | None = None,
+    verify: bool = True,
+    verify_tokens: int = 24,
+    tags: Tags = DEFAULT_TAGS,
+    say=print,
+) -> dict:
+    """Export a run's LoRA stage (or a plain model) and return the export.json content.
+
+    Files in out_dir (default RUN_DIR/export/<stage>/ or exports/<model>/): `lora/` (the adapter),
+    `merged/` (HF folder), `<name>.<type>.gguf` for each type (f16 always), with lora_gguf also
+    `<name>.lora.gguf` plus `<name>.base-f16.gguf` to run it on, `Modelfile`, `export.json`, `export.log`.
+    """
+    from grpo_playground.models import hf_dir, resolve_model
+
+    if (run_dir is None) == (model is None):
+        raise ValueError("give exactly one of a run folder (--run RUN_DIR) or a model (--model NAME_OR_DIR)")
+    types = check_types(gguf)
+    started = time.time()
+    adapter = None
+    if run_dir is not None:
+        run_dir = Path(run_dir).resolve()
+        if not run_dir.is_dir():
+            raise FileNotFoundError(f"run folder {run_dir} does not exist: give a folder under runs/")
+        stage = pick_stage(run_dir, stage)
+        adapter, name = run_dir / stage, _slug(f"{run_dir.name}-{stage}")
+        out = Path(out_dir or run_dir / "export" / stage).resolve()
+        base_spec = resolve_model(str(adapter)).base
+    else:
+        if lora_gguf:
+            raise ValueError("--lora-gguf needs a run with a LoRA adapter (--run RUN_DIR), not a plain --model")
+        base_spec = resolve_model(model)
+        name = _slug(base_spec.name if "/" not in base_spec.name and os.sep not in base_spec.name else Path(base_spec.name).name)
+        out = Path(out_dir or exports_dir() / name).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "export.log"
+    result: dict = {"source": str(run_dir or model), "stage": stage, "base_model": base_spec.name, "dir": str(out),
+                    "files": {}, "checks": {}, "errors": []}
+
+    if adapter is not None:
+        say(f"copying the LoRA adapter {adapter} -> {out / 'lora'}")
+        shutil.copytree(adapter, out / "lora", dirs_exist_ok=True)
+        result["files"]["lora"] = str(out / "lora")
+    say(f"{'merging the adapter into' if adapter else 'loading'} {base_spec.name} (float32)")
+    merged_dir = out / "merged"
+    hf_model, tokenizer = _merged_model(adapter, model, merged_dir)
+    result["files"]["merged"] = str(merged_dir)
+
+    say(f"writing GGUF {', '.join(types)} (f16 is always written: the reference for the checks)")
+    files = write_model_ggufs(merged_dir, out, name, types, log)
+    result["files"].update({f"gguf_{t}": str(p) for t, p in files.items()})
+    if lora_gguf:
+        say("writing the GGUF LoRA adapter and the base f16 GGUF it runs on")
+        base_dir = hf_dir(base_spec)
+        result["files"]["lora_gguf"] = str(write_lora_gguf(out / "lora", base_dir, out / f"{name}.lora.gguf", log))
+        base_gguf = write_model_ggufs(base_dir, out, f"{name}.base", [], log)["f16"]
+        result["files"]["base_gguf_f16"] = str(base_gguf)
+
+    main_gguf = files[types[0]]
+    result["modelfile"] = write_modelfile(out, main_gguf, tokenizer, tags)
+    result["files"]["modelfile"] = result["modelfile"]["path"]
+
+    if verify:
+        from grpo_playground.export.verify import check_answers, compare_greedy
+
+        say(f"checking: greedy f16 GGUF vs HF ({verify_tokens} tokens per prompt)")
+        result["checks"]["greedy_f16"] = compare_greedy(hf_model, tokenizer, files["f16"], tags=tags, max_new_tokens=verify_tokens)
+        if lora_gguf:
+            result["checks"]["greedy_base_plus_lora"] = compare_greedy(
+                hf_model, tokenizer, Path(result["files"]["base_gguf_f16"]), Path(result["files"]["lora_gguf"]),
+                tags=tags, max_new_tokens=verify_tokens)
+        for gguf_type in types:
+            if gguf_type != "f16":
+                result["checks"][f"answers_{gguf_type}"] = check_answers(files[gguf_type], tags)
+        for key, check in result["checks"].items():
+            if check.get("match") is False:
+                bad = [c for c in check["cases"] if not c["match"]]
+                result["errors"].append(
+                    f"{key}: {len(bad)}/{len(check['cases'])} prompts differ; first at token {bad[0]['first_difference']}: "
+                    f"HF {bad[0]['hf']!r} vs GGUF {bad[0]['gguf']!r}")
+            if check.get("answers") is False:
+                result["errors"].append(f"{key}: {check['file']} loaded but gave an empty answer")
+
+    if push_to_hub:
+        say(f"pushing {out} to the hub repo {push_to_hub}")
+        result["hub"] = push_folder(out, push_to_hub)
+        if not result["hub"]["pushed"]:
+            result["errors"].append(result["hub"]["message"])
+    result["seconds"] = round(time.time() - started, 1)
+    (out / RESULT_FILE).write_text(json.dumps(result, indent=1), encoding="utf-8")
+    result["files"]["export_json"] = str(out / RESULT_FILE)
+    return result

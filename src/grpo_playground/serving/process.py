@@ -1,0 +1,124 @@
+"""A model server as a managed child process: start, health check, crash report, stop, restart.
+
+The UI process never loads a model: each backend is an OpenAI-compatible HTTP server in its own session
+(so stopping it also stops anything it spawned), logging to a file (a pipe nobody reads would block it).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+LOG_TAIL_LINES = 25
+
+
+class BackendUnavailable(RuntimeError):
+    """The backend cannot run on this machine (no GPU, package missing...): the message says what to do."""
+
+
+class ServerFailed(RuntimeError):
+    """The server process exited or never became healthy; the message carries its log tail."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, os.path.getsize(path) - 16_000))
+            return "\n".join(handle.read().decode("utf-8", "replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+@dataclass
+class ManagedServer:
+    """One server process. `command` must serve OpenAI-compatible HTTP on 127.0.0.1:`port`."""
+
+    backend: str
+    command: list[str]
+    port: int
+    health_path: str = "/v1/models"
+    startup_timeout_s: float = 180.0
+    env: dict[str, str] = field(default_factory=dict)
+    log_file: Path = field(default_factory=lambda: Path(tempfile.mkstemp(prefix="grpo-server-", suffix=".log")[1]))
+    process: subprocess.Popen | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def state(self) -> str:
+        """'stopped', 'running' or 'crashed (exit N)'."""
+        if self.process is None:
+            return "stopped"
+        code = self.process.poll()
+        return "running" if code is None else f"crashed (exit {code})"
+
+    def healthy(self) -> bool:
+        try:
+            return httpx.get(self.base_url + self.health_path, timeout=2.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def start(self) -> ManagedServer:
+        """Start (or restart after a crash) and wait until healthy; ServerFailed with the log tail otherwise."""
+        with self._lock:
+            if self.state() == "running" and self.healthy():
+                return self
+            self._kill()
+            with open(self.log_file, "ab") as log:
+                log.write(f"$ {' '.join(self.command)}\n".encode())
+                log.flush()
+                self.process = subprocess.Popen(
+                    self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    env={**os.environ, **self.env}, start_new_session=True,
+                )
+            deadline = time.monotonic() + self.startup_timeout_s
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise ServerFailed(self.failure_message())
+                if self.healthy():
+                    return self
+                time.sleep(0.3)
+            self._kill()
+            raise ServerFailed(f"{self.backend} server did not answer {self.health_path} within "
+                               f"{self.startup_timeout_s:.0f} s; log tail:\n{log_tail(self.log_file)}")
+
+    def failure_message(self) -> str:
+        return f"{self.backend} server {self.state()}; log tail ({self.log_file}):\n{log_tail(self.log_file)}"
+
+    def stop(self) -> None:
+        with self._lock:
+            self._kill()
+
+    def _kill(self) -> None:
+        """SIGTERM the server's process group, SIGKILL after 5 s; only our own child's group."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+                try:
+                    os.killpg(self.process.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    self.process.wait(wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        self.process = None
