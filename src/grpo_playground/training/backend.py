@@ -24,6 +24,7 @@ class Policy:
     backend: str  # "unsloth" | "trl"
     device: str
     notes: list[str]
+    start_adapter: Path | None = None  # the adapter training continues from (None: a fresh LoRA)
 
 
 def cuda_available() -> bool:
@@ -92,20 +93,29 @@ def _check_target_modules(model, cfg: RunConfig) -> None:
 
 
 def load_policy(cfg: RunConfig, stage: str, start_adapter: Path | None = None) -> Policy:
-    """The trainable PEFT policy for `stage` ("sft" or "grpo"), starting from `start_adapter` when given."""
-    backend = choose_backend(cfg)
-    if backend == "unsloth":
-        return _load_unsloth(cfg, stage, start_adapter)
-    return _load_trl(cfg, start_adapter)
+    """The trainable PEFT policy for `stage` ("sft" or "grpo"), starting from `start_adapter` when given.
+
+    model.name_or_path may itself be an adapter folder (e.g. another run's sft/): training then continues
+    that adapter on its base model, which is how an experiment branches GRPO and more SFT from one SFT.
+    """
+    from grpo_playground.models import resolve_model
+
+    base = resolve_model(cfg.model.name_or_path)
+    if base.source == "adapter":
+        start_adapter = start_adapter or Path(base.location)
+        base = base.base
+    if choose_backend(cfg) == "unsloth":
+        return _load_unsloth(cfg, stage, base, start_adapter)
+    return _load_trl(cfg, base, start_adapter)
 
 
-def _load_trl(cfg: RunConfig, start_adapter: Path | None) -> Policy:
+def _load_trl(cfg: RunConfig, base, start_adapter: Path | None) -> Policy:
     from peft import PeftModel, get_peft_model
 
     from grpo_playground.models import load_model_and_tokenizer
 
     device = "cuda" if cuda_available() else "cpu"
-    model, tokenizer = load_model_and_tokenizer(cfg.model.name_or_path, dtype=torch_dtype(cfg), device=device)
+    model, tokenizer = load_model_and_tokenizer(base, dtype=torch_dtype(cfg), device=device)
     _check_target_modules(model, cfg)
     notes = []
     if start_adapter is not None:
@@ -120,7 +130,7 @@ def _load_trl(cfg: RunConfig, start_adapter: Path | None) -> Policy:
         extra, note = register_tags(model, tokenizer, cfg)
         notes += [note] if note else []
         model = get_peft_model(model, lora_config(cfg, **extra))
-    return Policy(model, tokenizer, "trl", device, notes)
+    return Policy(model, tokenizer, "trl", device, notes, start_adapter)
 
 
 def _tokenizer_from(folder: Path):
@@ -132,7 +142,7 @@ def _tokenizer_from(folder: Path):
     return tokenizer
 
 
-def _load_unsloth(cfg: RunConfig, stage: str, start_adapter: Path | None) -> Policy:
+def _load_unsloth(cfg: RunConfig, stage: str, base, start_adapter: Path | None) -> Policy:
     """Unsloth's FastLanguageModel (CUDA only; proven on the GPU machine, not runnable here)."""
     from unsloth import FastLanguageModel  # imported first by the job on this path, so its patches apply
 
@@ -141,7 +151,7 @@ def _load_unsloth(cfg: RunConfig, stage: str, start_adapter: Path | None) -> Pol
     use_vllm = stage == "grpo" and cfg.model.fast_inference and cfg.grpo.use_vllm \
         and importlib.util.find_spec("vllm") is not None
     model, tokenizer = FastLanguageModel.from_pretrained(
-        model_name=str(hf_dir(cfg.model.name_or_path)),
+        model_name=str(hf_dir(base)),
         max_seq_length=cfg.model.max_seq_length,
         load_in_4bit=cfg.model.load_in_4bit if stage == "grpo" else cfg.model.sft_load_in_4bit,
         dtype=None if cfg.model.dtype == "auto" else torch_dtype(cfg),
@@ -170,4 +180,4 @@ def _load_unsloth(cfg: RunConfig, stage: str, start_adapter: Path | None) -> Pol
 
         set_peft_model_state_dict(model, load_file(str(start_adapter / "adapter_model.safetensors")))
         notes.append(f"continuing from the adapter in {start_adapter}")
-    return Policy(model, tokenizer, "unsloth", "cuda", notes)
+    return Policy(model, tokenizer, "unsloth", "cuda", notes, start_adapter)

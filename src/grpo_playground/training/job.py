@@ -99,13 +99,12 @@ def _run_stage(cfg: RunConfig, folder: RunFolder, stage: str, tracker, history: 
         _log_notes(folder, policy)
         result = run_sft(cfg, folder, policy, tracker, history, resume and folder.last_checkpoint("sft") is not None)
     else:
-        sft_done = folder.stage_done("sft")
-        policy = load_policy(cfg, "grpo", folder.adapter("sft") if sft_done else None)
+        policy = load_policy(cfg, "grpo", folder.adapter("sft") if folder.stage_done("sft") else None)
         _log_notes(folder, policy)
-        if not sft_done:
-            folder.log("grpo: no SFT adapter in this run, starting from the base model")
+        if policy.start_adapter is None:
+            folder.log("grpo: no SFT adapter, starting from the base model")
         if not (resume and folder.last_checkpoint("grpo")):
-            run_preflight(cfg, policy, folder, sft_done)
+            run_preflight(cfg, policy, folder, sft_done=policy.start_adapter is not None)
         if stage == "preflight":
             return "done"
         result = run_grpo(cfg, folder, policy, tracker, history, resume and folder.last_checkpoint("grpo") is not None)

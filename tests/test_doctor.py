@@ -1,0 +1,158 @@
+"""The doctor's rules: recorded metric streams from real tiny runs, plus hand-built streams for collapses that
+are hard to trigger on CPU (each commented with what it imitates)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpo_playground.training.doctor import Thresholds, diagnose, diagnose_crash
+
+FIXTURES = Path(__file__).parent / "fixtures" / "metrics"
+
+
+def load(name: str) -> list[dict]:
+    rows = [json.loads(line) for line in (FIXTURES / name).read_text().splitlines() if line.strip()]
+    return [{k: float(v) if v in ("nan", "inf", "-inf") else v for k, v in r.items()} for r in rows]
+
+
+def rules(findings, stage="grpo") -> set[str]:
+    return {f.rule for f in findings if f.stage == stage}
+
+
+def grpo_rows(n: int, **series) -> list[dict]:
+    """n GRPO logging rows (every 5 steps); each keyword is a list of n values or one constant."""
+    rows = []
+    for i in range(n):
+        row = {"stage": "grpo", "step": 5 * (i + 1), "max_steps": 5 * n}
+        for key, values in series.items():
+            row[key.replace("__", "/")] = values[i] if isinstance(values, list) else values
+        rows.append(row)
+    return rows
+
+
+# --- recorded streams (real runs on the tiny model; see tests/fixtures/metrics/README.md) ----------------------
+
+def test_healthy_run_has_no_error():
+    findings = diagnose(load("healthy.jsonl"))
+    assert not [f for f in findings if f.severity == "error"], findings
+
+
+def test_grpo_without_sft_is_named_flat_reward_within_first_logging_steps():
+    findings = [f for f in diagnose(load("grpo_without_sft.jsonl")) if f.rule in ("flat_reward", "zero_std")]
+    assert findings, "GRPO on the base model must be diagnosed"
+    assert min(f.step for f in findings) <= 3 * load("grpo_without_sft.jsonl")[0]["step"] + 10
+
+
+def test_high_learning_rate_run_is_diagnosed():
+    found = rules(diagnose(load("high_lr.jsonl")))
+    assert found & {"kl_blowup", "nan", "reward_hacking", "length_pinned", "length_falling"}, found
+
+
+# --- hand-built streams -----------------------------------------------------------------------------------
+
+def test_flat_reward_at_seed_value_with_zero_std_groups_is_an_error():
+    # The seed's story: reward pinned at -2.0 (check_answer's no-match), every group all-equal.
+    findings = diagnose(grpo_rows(4, reward=-2.0, reward_std=0.0, frac_reward_zero_std=1.0))
+    flat = [f for f in findings if f.rule == "flat_reward"]
+    assert flat and flat[0].severity == "error" and flat[0].step == 15
+    assert "SFT" in flat[0].knob and "template" in flat[0].knob
+
+
+def test_moving_reward_is_not_flat():
+    findings = diagnose(grpo_rows(6, reward=[-2.0, -1.5, -1.0, -0.2, 0.5, 1.2], frac_reward_zero_std=0.2,
+                                  reward_std=1.0))
+    assert "flat_reward" not in rules(findings) and "zero_std" not in rules(findings)
+
+
+def test_zero_std_groups_with_moving_mean():
+    # Data too easy: most groups all-right, mean still drifts with the mix of prompts.
+    findings = diagnose(grpo_rows(3, reward=[8.0, 9.0, 10.0], frac_reward_zero_std=[0.9, 0.85, 0.95]))
+    assert rules(findings) == {"zero_std"}
+    assert "temperature" in findings[0].knob
+
+
+def test_kl_exponential_growth_and_absolute_blowup():
+    # Imitates a GPU run at lr 5e-5: kl x4 per logging step.
+    growth = diagnose(grpo_rows(3, reward=[1.0, 2.0, 3.0], kl=[0.02, 0.08, 0.32]))
+    assert [f.rule for f in growth] == ["kl_blowup"] and growth[0].severity == "warning"
+    assert "halve" in growth[0].knob and "beta" in growth[0].knob
+    high = diagnose(grpo_rows(1, kl=2.5))
+    assert [f.rule for f in high] == ["kl_blowup"] and high[0].severity == "error"
+
+
+def test_slowly_rising_kl_is_healthy():
+    assert "kl_blowup" not in rules(diagnose(grpo_rows(5, reward=[0, 1, 2, 3, 4], kl=[0.01, 0.012, 0.015, 0.017, 0.02])))
+
+
+def test_completion_length_falling():
+    # A reward that prefers short answers: length 200 -> 80 tokens.
+    findings = diagnose(grpo_rows(6, reward=[0, 1, 2, 3, 4, 5], completions__mean_length=[200, 205, 195, 120, 90, 80]))
+    assert "length_falling" in rules(findings)
+
+
+def test_length_pinned_at_maximum():
+    findings = diagnose(grpo_rows(2, reward=[0, 1], completions__clipped_ratio=[0.7, 0.8]))
+    assert rules(findings) == {"length_pinned"} and "max_completion_length" in findings[0].knob
+
+
+def test_reward_hacking_truncation_while_correctness_at_no_match():
+    # Seen on CPU at lr 2e-4: truncated completions 0% -> 99% while check_answer sat at -2.0.
+    stream = grpo_rows(5, reward=[1.0, 1.1, 1.2, 1.3, 1.3], completions__clipped_ratio=[0.0, 0.2, 0.6, 0.9, 0.99],
+                       rewards__check_answer__mean=[-1.0, -1.6, -1.9, -2.0, -2.0])
+    hacking = [f for f in diagnose(stream) if f.rule == "reward_hacking"]
+    assert hacking and hacking[0].severity == "error" and "-3.0" in hacking[0].knob
+    # The same truncation with correctness improving is not hacking.
+    honest = grpo_rows(5, reward=[1, 2, 3, 4, 5], completions__clipped_ratio=[0.0, 0.2, 0.6, 0.9, 0.99],
+                       rewards__check_answer__mean=[-1.0, 0.0, 1.0, 2.0, 3.0])
+    assert "reward_hacking" not in rules(diagnose(honest))
+
+
+def test_reward_hacking_with_the_degamed_variant_uses_its_no_match_score():
+    stream = grpo_rows(4, reward=[0, 0.1, 0.2, 0.2], completions__clipped_ratio=[0.1, 0.5, 0.8, 0.9],
+                       rewards__check_answer_strict_nomatch__mean=[-3.0, -3.0, -2.9, -3.0])
+    assert "reward_hacking" in rules(diagnose(stream))
+
+
+def test_nan_loss_and_sft_loss_stuck():
+    nan = diagnose(grpo_rows(2, loss=[0.1, float("nan")]))
+    assert [f.rule for f in nan] == ["nan"] and nan[0].step == 10
+    sft = [{"stage": "sft", "step": s, "max_steps": 100, "loss": 1.4} for s in (10, 50, 60)]
+    stuck = diagnose(sft)
+    assert rules(stuck, "sft") == {"sft_loss_stuck"} and stuck[0].step == 50
+
+
+def test_each_rule_reported_once_per_stage():
+    findings = diagnose(grpo_rows(10, reward=-2.0, frac_reward_zero_std=1.0))
+    assert sorted(f.rule for f in findings) == ["flat_reward", "zero_std"]
+
+
+def test_thresholds_are_configurable():
+    stream = grpo_rows(3, reward=[0.0, 0.1, 0.2])
+    assert "flat_reward" not in rules(diagnose(stream))
+    assert "flat_reward" in rules(diagnose(stream, Thresholds(flat_range=0.5)))
+
+
+@pytest.mark.parametrize("text, rule", [
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "oom"),
+    ("RuntimeError: CUDA error: device-side assert triggered", "nan"),
+    ("RuntimeError: probability tensor contains either `inf`, `nan` or element < 0", "nan"),
+    ("NaNError: loss became NaN at grpo step 12", "nan"),
+    ("ValueError: something else entirely", None),
+])
+def test_crash_texts(text, rule):
+    finding = diagnose_crash(text, step=12)
+    assert (finding.rule if finding else None) == rule
+    if finding:
+        assert finding.knob
+
+
+def test_doctor_does_not_import_torch():
+    code = "import sys, grpo_playground.training.doctor; print('torch' in sys.modules)"
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONPATH": src})
+    assert out.stdout.strip() == "False"

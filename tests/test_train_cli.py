@@ -1,0 +1,129 @@
+"""`python -m pipelines.train` on the tiny recipe: real SFT + GRPO steps on CPU, stop at a step boundary, resume.
+
+One slow test drives the whole life of a run (a few steps per stage so it stays around a minute or two on
+2 shared cores); the others check the CLI's argument and failure paths.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "recipes" / "tiny-cpu.yaml"
+# Small everything: 4 SFT steps, 4 GRPO steps of 2 prompts x 4 completions, short completions.
+SMALL = [
+    "sft.max_steps=4", "sft.logging_steps=1", "sft.save_steps=100", "sft.per_device_batch_size=8", "sft.max_length=256",
+    "data.n_sft=64", "data.n_grpo=32", "grpo.max_steps=4", "grpo.logging_steps=1", "grpo.save_steps=100",
+    "grpo.per_device_batch_size=8", "grpo.num_generations=4", "grpo.max_completion_length=24",
+    "grpo.preflight_prompts=1", "tracking.swanlab=disabled",
+]
+
+
+def cli(*args: str, overrides=SMALL) -> list[str]:
+    command = [sys.executable, "-m", "pipelines.train", "--config", str(RECIPE), *args]
+    for item in overrides:
+        command += ["--set", item]
+    return command
+
+
+def env() -> dict:
+    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{ROOT / 'src'}:{ROOT}", SWANLAB_MODE="disabled")
+
+
+def rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def lora_weights(adapter: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(adapter / "adapter_model.safetensors"))
+
+
+@pytest.mark.slow
+def test_sft_then_grpo_stop_and_resume(tmp_path):
+    run_dir = tmp_path / "run"
+    log = open(tmp_path / "log.txt", "w")
+    proc = subprocess.Popen(cli("--run-dir", str(run_dir)), cwd=ROOT, env=env(), stdout=log, stderr=subprocess.STDOUT)
+    # Ask for a stop once GRPO has logged its second step: the job must save at the next step boundary.
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        if any(r["stage"] == "grpo" and r["step"] >= 2 for r in rows(run_dir / "metrics.jsonl")):
+            (run_dir / "stop.request").touch()
+            break
+        time.sleep(0.5)
+    assert proc.wait(timeout=300) == 0, (tmp_path / "log.txt").read_text()[-3000:]
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "stopped" and status["stage"] == "grpo", status
+    checkpoints = list((run_dir / "checkpoints" / "grpo").glob("checkpoint-*"))
+    assert checkpoints, "a stop must leave a checkpoint (save_steps=100 never saves on its own here)"
+    stopped_at = max(int(p.name.split("-")[1]) for p in checkpoints)
+    assert 2 <= stopped_at < 4
+    assert not (run_dir / "grpo").exists(), "a stopped stage has no final adapter yet"
+
+    (run_dir / "stop.request").unlink()
+    out = subprocess.run(cli("--run-dir", str(run_dir), "--resume"), cwd=ROOT, env=env(), capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == str(run_dir.resolve()), "the run folder is printed last"
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "finished" and status["step"] == 4, status
+
+    # The run folder's files, as docs/ARCHITECTURE.md lists them.
+    for name in ("recipe.yaml", "status.json", "metrics.jsonl", "samples.jsonl", "preflight.json",
+                 "sft/adapter_config.json", "grpo/adapter_config.json", "sft/tokenizer_config.json"):
+        assert (run_dir / name).exists(), name
+    metrics = rows(run_dir / "metrics.jsonl")
+    sft_steps = [r["step"] for r in metrics if r["stage"] == "sft"]
+    grpo_steps = [r["step"] for r in metrics if r["stage"] == "grpo"]
+    assert sft_steps == [1, 2, 3, 4]
+    # The step count continues after the resume: no step logged twice, the last one is max_steps.
+    assert grpo_steps == sorted(set(grpo_steps)) and grpo_steps[-1] == 4 and grpo_steps[0] == 1
+    grpo_row = next(r for r in metrics if r["stage"] == "grpo")
+    for key in ("reward", "reward_std", "frac_reward_zero_std", "kl", "completions/clipped_ratio",
+                "rewards/check_answer/mean", "max_steps", "time"):
+        assert key in grpo_row, key
+
+    sample = rows(run_dir / "samples.jsonl")[0]
+    assert len(sample["completions"]) == 4 and len(sample["advantages"]) == 4
+    assert set(sample["rewards"]) == {"match_format_approximately", "check_answer", "check_numbers"}
+    assert sample["total"] == [pytest.approx(sum(v[i] for v in sample["rewards"].values())) for i in range(4)]
+
+    preflight = json.loads((run_dir / "preflight.json").read_text())
+    assert preflight["level"] in ("ok", "warning", "error") and len(preflight["tag_tokens"]) == 4
+    assert preflight["sft_done"] is True and preflight["groups"][0]["completions"]
+
+    # Weights changed: SFT moved LoRA B away from its zero init, and GRPO moved it again.
+    sft, grpo = lora_weights(run_dir / "sft"), lora_weights(run_dir / "grpo")
+    b_keys = [k for k in sft if "lora_B" in k]
+    assert len(b_keys) == 4 * 7, "LoRA on all seven projections of the 4 layers"
+    assert any(sft[k].abs().max() > 0 for k in b_keys)
+    assert any(not (sft[k] == grpo[k]).all() for k in b_keys)
+
+
+def test_bad_recipe_value_exits_2_with_the_field():
+    out = subprocess.run(cli(overrides=["grpo.loss_type=ppo"]), cwd=ROOT, env=env(), capture_output=True, text=True)
+    assert out.returncode == 2 and "grpo.loss_type" in out.stderr and "dr_grpo" in out.stderr
+
+
+def test_resume_needs_a_run_dir():
+    out = subprocess.run(cli("--resume"), cwd=ROOT, env=env(), capture_output=True, text=True)
+    assert out.returncode == 2 and "--run-dir" in out.stderr
+
+
+def test_crash_marks_the_run_failed_with_a_reason(tmp_path):
+    out = subprocess.run(cli("--runs-dir", str(tmp_path), "--stage", "grpo",
+                             overrides=[*SMALL, "data.grpo_source=gsm8k:/nonexistent/test.jsonl"]),
+                         cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1
+    run_dir = Path(out.stdout.strip().splitlines()[-1])
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "failed" and "nonexistent" in status["reason"], status
+    assert "Traceback" in out.stderr  # the full traceback is in the log, the status has one line
