@@ -35,14 +35,21 @@ def test_score_endpoint_takes_functions_scale_and_tags(client):
     table = client.predict(
         "x</think><answer>41</answer>\n---\nx</think><answer>42",
         "42",
-        ["check_answer_strict_nomatch", "match_format_exactly"],
-        "none",
-        "<think>", "</think>", "<answer>", "</answer>",
+        enabled=["check_answer_strict_nomatch", "match_format_exactly"],
+        scale="none",
+        reasoning_end="</think>",
+        solution_start="<answer>",
+        solution_end="</answer>",
         api_name="/score",
     )
     assert table["headers"] == ["match_format_exactly", "check_answer_strict_nomatch", "total", "advantage"]
     # totals 3.0 and -3.0: Dr. GRPO advantages are total - mean, no std division
     assert [r[2:] for r in table["data"]] == [[3.0, 3.0], [-3.0, -3.0]]
+
+
+def test_score_endpoint_weights_are_named_after_the_registry(client):
+    table = client.predict(GROUP_TEXT, "42", weight_check_answer=2.0, api_name="/score")
+    assert [r[3] for r in table["data"]] == [15.0, 4.0, -0.5]  # check_answer counted twice
 
 
 @pytest.mark.parametrize(
@@ -109,3 +116,32 @@ def test_highlight_escapes_html_and_marks_the_answer():
     assert "<script>" not in page and "&lt;script&gt;" in page
     html = highlight(group.completions[0].text, group.completions[0].marks)
     assert 'title="answer (strict match)"' in html and 'title="&lt;SOLUTION&gt; x1"' in html
+
+
+def _compute(code: str):
+    from grpo_playground.tags import DEFAULT_TAGS
+    from grpo_playground.ui.sandbox_tab import NAMES, compute
+
+    return compute(GROUP_TEXT, "42", ["check_answer"], "group", *DEFAULT_TAGS.as_list(), code, *[1.0] * len(NAMES))
+
+
+def test_custom_reward_joins_the_table_when_the_owner_enabled_it(monkeypatch):
+    from grpo_playground.rewards.custom import ENABLE_ENV, EXAMPLE_REWARD
+
+    monkeypatch.setenv(ENABLE_ENV, "1")
+    group, _ = _compute(EXAMPLE_REWARD)
+    assert group.names == ["check_answer", "custom"]
+    # the example pays 1.0 when the last number equals the gold: completions 1 and 3 end in 42
+    assert [c.scores["custom"] for c in group.completions] == [1.0, 0.0, 1.0]
+    assert group.totals == [6.0, 2.0, -1.0]
+
+
+def test_custom_reward_failure_is_a_clear_error_and_off_means_off(monkeypatch):
+    from grpo_playground.rewards.custom import ENABLE_ENV
+
+    monkeypatch.setenv(ENABLE_ENV, "1")
+    with pytest.raises(RewardInputError, match="custom reward: .*"):
+        _compute("def reward(completions, answer, **kwargs):\n    while True:\n        pass\n")
+    monkeypatch.delenv(ENABLE_ENV)
+    group, _ = _compute("def reward(completions, answer, **kwargs):\n    return [1.0] * len(completions)\n")
+    assert group.names == ["check_answer"]  # disabled: the code is never run

@@ -70,18 +70,21 @@ def render_details(group: GroupScore) -> str:
 
 
 def render_report(group: GroupScore | None, design: DesignReport | None, notes: list[str]) -> str:
-    """Markdown: errors/notes, the zero-variance warning, the design check findings, group statistics."""
-    lines = [f"**{n}**" for n in notes]
+    """Markdown: errors/notes, the zero-variance warning, the design check findings, group statistics.
+    Messages quote tags such as <SOLUTION>: escaped, or Markdown would take them for HTML and drop them."""
+    esc = html.escape
+    lines = [f"**{esc(n)}**" for n in notes]
     if group is not None:
         if group.zero_variance:
-            lines.append(f"⚠️ **Zero variance: this group will not learn.** {group.zero_variance_reason}.")
+            reason = group.zero_variance_reason
+            lines.append(f"⚠️ **Zero variance: this group will not learn.** {esc(reason[0].upper() + reason[1:])}.")
         lines.append(
             f"Group of {len(group.completions)}: mean {group.mean:+.4g}, std {group.std:.4g}, "
             f"advantages {'(total - mean) / (std + 1e-4)' if group.scale == 'group' else 'total - mean (Dr. GRPO)'}."
         )
     if design is not None:
         for f in design.findings:
-            lines.append(f"{'⚠️ **Reward design:**' if f.severity == 'warning' else 'ℹ️'} {f.message}")
+            lines.append(f"{'⚠️ **Reward design:**' if f.severity == 'warning' else 'ℹ️'} {esc(f.message)}")
         if design.ok:
             lines.append("✅ Reward design check: no completion without a clean answer outscores a wrong one.")
     return "\n\n".join(lines)

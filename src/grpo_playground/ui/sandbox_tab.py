@@ -12,6 +12,8 @@ returns a table with one row per completion, one column per enabled reward, `tot
 
 from __future__ import annotations
 
+import inspect
+
 import gradio as gr
 import pandas as pd
 
@@ -63,6 +65,19 @@ def _custom_scores(code: str, completions: list[str], answer: str) -> list[float
     return result.scores
 
 
+# The inputs of every handler, in order; the names are what gradio_client callers pass as keywords.
+INPUT_NAMES = ["completions_text", "answer", "enabled", "scale", *DEFAULT_TAGS.to_dict(), "custom_code",
+               *(f"weight_{n}" for n in NAMES)]
+
+
+def _named_inputs(fn):
+    """Give a handler taking *args the signature of INPUT_NAMES, which Gradio publishes as the API's parameters."""
+    fn.__signature__ = inspect.Signature(
+        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in INPUT_NAMES]
+    )
+    return fn
+
+
 def compute(completions_text, answer, enabled, scale, rs, re_, ss, se, code, *weights) -> tuple[GroupScore, DesignReport]:
     """Everything the tab and the API show; bad input raises RewardInputError / ValueError with the fix."""
     tags = Tags(rs, re_, ss, se)
@@ -84,19 +99,21 @@ def _frame(group: GroupScore) -> pd.DataFrame:
     return pd.DataFrame([[round(v, 6) for v in row] for row in rows], columns=headers)
 
 
-def score_table(completions_text, answer, enabled, scale, rs, re_, ss, se, code, *weights) -> pd.DataFrame:
+@_named_inputs
+def score_table(*inputs) -> pd.DataFrame:
     """The `score` API: the table, or a gr.Error whose message says what to fix."""
     try:
-        group, _ = compute(completions_text, answer, enabled, scale, rs, re_, ss, se, code, *weights)
+        group, _ = compute(*inputs)
     except ValueError as exc:
         raise gr.Error(str(exc)) from None
     return _frame(group)
 
 
-def score_view(completions_text, answer, enabled, scale, rs, re_, ss, se, code, *weights):
+@_named_inputs
+def score_view(*inputs):
     """The live view: (table, report markdown, per-completion cards); errors go in the report, never a crash."""
     try:
-        group, design = compute(completions_text, answer, enabled, scale, rs, re_, ss, se, code, *weights)
+        group, design = compute(*inputs)
     except ValueError as exc:
         return pd.DataFrame(), render_report(None, None, [f"⛔ {exc}"]), ""
     return _frame(group), render_report(group, design, []), render_details(group)
@@ -124,17 +141,17 @@ def _custom_reward_box():
         from grpo_playground.rewards.custom import ENABLE_ENV, EXAMPLE_REWARD, custom_reward_enabled
     except ImportError:
         gr.Markdown("Custom rewards are not available in this version of the app.")
-        return gr.Code(value="", visible=False)
+        return gr.Code(value="", visible=False, label="custom reward code")
     if not custom_reward_enabled():
         gr.Markdown(
             f"Running pasted Python is **off** on this server: a public app must not run strangers' code. "
             f"Its owner can start the app with `{ENABLE_ENV}=1` to allow it (in a separate process with CPU, "
             "memory, output and 2 s wall-clock limits; see docs/custom_rewards.md for what that does not stop)."
         )
-        return gr.Code(value="", visible=False)
+        return gr.Code(value="", visible=False, label="custom reward code")
     gr.Markdown("Define `reward(completions, answer, **kwargs) -> list[float]`; its scores join the total as "
                 "column `custom` (weight 1). Leave empty to skip. Runs in a limited child process, 2 s per group.")
-    code = gr.Code(value="", language="python", label="custom reward", elem_id="sandbox-custom-code")
+    code = gr.Code(value="", language="python", label="custom reward code", elem_id="sandbox-custom-code")
     gr.Button("Insert an example", size="sm").click(lambda: EXAMPLE_REWARD, None, code, api_visibility="private")
     return code
 
@@ -161,6 +178,7 @@ def create_sandbox_tab() -> dict:
                                for n in NAMES]
                 scale = gr.Radio(list(SCALE_MODES), value="group", label="advantage scaling",
                                  info="group: (r - mean) / (std + 1e-4), TRL's default; none: r - mean (Dr. GRPO)")
+            with gr.Accordion("What each reward scores", open=False):
                 gr.Markdown(_registry_table())
             with gr.Accordion("Format tags", open=False):
                 tag_boxes = [gr.Textbox(v, label=k, max_length=64) for k, v in DEFAULT_TAGS.to_dict().items()]
