@@ -149,3 +149,16 @@ def test_generator_source_levels_and_solutions():
     assert [e["problem"] for e in again.examples] == [e["problem"] for e in result.examples]
     train = {e["problem"] for e in load_examples("generator:train?levels=1-2", n=200, seed=3).examples}
     assert not train & {e["problem"] for e in result.examples}
+
+
+def test_to_hf_dataset_keeps_rows_and_drops_all_null_columns():
+    pytest.importorskip("datasets")
+    from grpo_playground.data import to_hf_dataset
+
+    examples = load_examples(f"gsm8k:{GSM8K}", with_solution=True).examples
+    dataset = to_hf_dataset(examples)
+    assert len(dataset) == 4 and "level" not in dataset.column_names
+    assert dataset[0]["prompt"] == examples[0]["prompt"] and dataset[1]["answer"] == "-10"
+    assert "level" in to_hf_dataset(load_examples("generator:test", n=3).examples).column_names
+    with pytest.raises(ValueError, match="no examples"):
+        to_hf_dataset([])

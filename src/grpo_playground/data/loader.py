@@ -92,9 +92,13 @@ def _generator_examples(source: SourceSpec, n: int, tags: Tags, with_solution: b
 
 
 def to_hf_dataset(examples: list[dict]):
-    """A `datasets.Dataset` of the normalized rows, the form TRL's trainers take."""
+    """A `datasets.Dataset` of the normalized rows, the form TRL's trainers take.
+
+    Columns that are None in every row (`level` for most sources) are left out: datasets would type them
+    as null, which breaks concatenation with typed data."""
     if not examples:
         raise ValueError("no examples to build a dataset from: check the source and the skipped-row counts")
     import datasets
 
-    return datasets.Dataset.from_list(examples)
+    empty = {key for key in examples[0] if all(row.get(key) is None for row in examples)}
+    return datasets.Dataset.from_list([{k: v for k, v in row.items() if k not in empty} for row in examples])

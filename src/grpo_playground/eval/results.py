@@ -1,0 +1,117 @@
+"""UI side of evaluation: which checkpoints exist, the eval command, and the saved results (torch-free).
+
+Each evaluation runs as `python -m pipelines.eval ... --out <runs>/evals/<stamp>-<name>.json`; the folder on disk
+is the record, so results survive a closed browser or an app restart and the panel can compare any of them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+from grpo_playground.jobs.runs import read_json, runs_dir
+
+EVALS_DIR = "evals"
+STAGES = ("sft", "grpo")
+CHART_METRICS = ("accuracy", "lenient_accuracy", "format_rate", "recheck_rate")
+TABLE_COLUMNS = ["checkpoint", "data", "n", "format_rate", "accuracy", "±", "lenient_accuracy", "mean_completion_tokens",
+                 "recheck_rate", "seconds", "file"]
+MAX_RESULTS = 100
+
+
+def evals_dir() -> Path:
+    path = runs_dir() / EVALS_DIR
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def list_checkpoints() -> list[tuple[str, str]]:
+    """(label, value) pairs: registry models, then each run's saved stage adapters, newest run first."""
+    from grpo_playground.models import MODELS
+
+    choices = [(name, name) for name in MODELS]
+    runs = sorted((p for p in runs_dir().iterdir() if p.is_dir() and p.name != EVALS_DIR), reverse=True)
+    for run in runs:
+        for stage in STAGES:
+            if _is_checkpoint(run / stage):
+                choices.append((f"{run.name}/{stage}", str(run / stage)))
+    return choices
+
+
+def _is_checkpoint(path: Path) -> bool:
+    return (path / "adapter_config.json").is_file() or (path / "config.json").is_file()
+
+
+def check_checkpoint(value: str) -> str:
+    """A checkpoint value from the browser, accepted only when it is a registry name or a model folder inside
+    the runs directory (a visitor must not make the server load arbitrary paths)."""
+    from grpo_playground.models import MODELS
+
+    if value in MODELS:
+        return value
+    path = Path(value).resolve()
+    if not path.is_relative_to(runs_dir()) or not _is_checkpoint(path):
+        raise ValueError(f"checkpoint {value!r} is neither a registry model ({', '.join(MODELS)}) nor a saved stage of a run: refresh the list and pick one")
+    return str(path)
+
+
+def checkpoint_label(model: str) -> str:
+    path = Path(model)
+    return f"{path.parent.name}/{path.name}" if path.is_absolute() else model
+
+
+def eval_command(model: str, data: str, n: int, batch_size: int, max_new_tokens: int, out: Path) -> list[str]:
+    return [sys.executable, "-m", "pipelines.eval", "--model", model, "--data", data, "--n", str(n),
+            "--batch-size", str(batch_size), "--max-new-tokens", str(max_new_tokens), "--out", str(out)]
+
+
+def result_path(model: str) -> Path:
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", checkpoint_label(model)).strip("-")[:60] or "model"
+    return evals_dir() / f"{time.strftime('%Y%m%d-%H%M%S')}-{slug}.json"
+
+
+def load_results(limit: int = MAX_RESULTS) -> list[dict]:
+    """Saved results, newest first, each with its file name; unreadable files are left out."""
+    results = []
+    for path in sorted(evals_dir().glob("*.json"), reverse=True)[:limit]:
+        result = read_json(path)
+        if "accuracy" in result:
+            result.pop("completions", None)  # the table needs the summary only
+            results.append({**result, "file": path.name})
+    return results
+
+
+def load_result_file(name: str) -> dict:
+    path = (evals_dir() / name).resolve()
+    if path.parent != evals_dir().resolve() or not path.is_file():
+        raise FileNotFoundError(f"no saved evaluation {name!r}: refresh the results")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def results_table(results: list[dict]) -> list[list]:
+    return [
+        [checkpoint_label(r["model"]), r["data"], r["n"], r["format_rate"], r["accuracy"], r.get("accuracy_se"),
+         r["lenient_accuracy"], r["mean_completion_tokens"], r["recheck_rate"], r.get("seconds"), r["file"]]
+        for r in results
+    ]
+
+
+def chart_rows(results: list[dict]) -> list[dict]:
+    """Long-form rows for a bar chart: one bar per (metric, checkpoint), coloured by checkpoint."""
+    return [
+        {"bar": f"{metric} | {checkpoint_label(r['model'])}", "metric": metric, "checkpoint": checkpoint_label(r["model"]), "value": r[metric]}
+        for metric in CHART_METRICS
+        for r in results
+    ]
+
+
+def latest_per_checkpoint(results: list[dict], data: str | None = None) -> list[dict]:
+    """The newest result of each checkpoint (on `data` when given): what the comparison chart shows."""
+    latest: dict[str, dict] = {}
+    for r in results:  # newest first
+        if data is None or r["data"] == data:
+            latest.setdefault(r["model"], r)
+    return list(latest.values())
