@@ -13,6 +13,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +28,7 @@ CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 TIMEOUT_MS = 30_000  # two shared cores: a Gradio round trip can take seconds under load
+APP_START_S = 90  # importing gradio alone took 12 s here under load
 
 
 def pytest_collection_modifyitems(items):
@@ -55,14 +60,52 @@ def browser(chromium_path):
     playwright.stop()
 
 
-@pytest.fixture
-def page(browser, app_url):
-    """A fresh page on the real app, loaded and ready; closed after the test."""
+@pytest.fixture(scope="session")
+def custom_reward_app_url(request, tmp_path_factory):
+    """A second real app, `python app.py` in a child process, started the way an owner enables custom
+    rewards (the switch is read when the UI is built, so the in-process app of app_url cannot flip it)."""
+    # tests/conftest.py's helper; both files are named conftest, so ask pytest for the module, not `import`.
+    port = request.config.pluginmanager.get_plugin(str(ROOT / "tests" / "conftest.py")).free_port()
+    env = {**os.environ, "GRPO_PLAYGROUND_ALLOW_CUSTOM_REWARD": "1", "GRADIO_SERVER_PORT": str(port),
+           "GRPO_PLAYGROUND_RUNS_DIR": str(tmp_path_factory.mktemp("custom-runs")), "OMP_NUM_THREADS": "1"}
+    log = (tmp_path_factory.mktemp("custom-app") / "app.log").open("w")
+    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + APP_START_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.3)
+    else:
+        proc.kill()
+        pytest.fail(f"`python app.py` did not serve on port {port} within {APP_START_S} s; see {log.name}")
+    yield f"http://127.0.0.1:{port}/"
+    proc.terminate()
+    proc.wait(timeout=10)
+    log.close()
+
+
+def open_page(browser, url: str):
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     context.set_default_timeout(TIMEOUT_MS)
     page = context.new_page()
-    page.goto(app_url, wait_until="domcontentloaded")
+    page.goto(url, wait_until="domcontentloaded")
     page.get_by_role("tab").first.wait_for()  # Gradio renders client-side: wait for the tabs to exist
+    return context, page
+
+
+@pytest.fixture
+def page(browser, app_url):
+    """A fresh page on the real app, loaded and ready; closed after the test."""
+    context, page = open_page(browser, app_url)
+    yield page
+    context.close()
+
+
+@pytest.fixture
+def custom_reward_page(browser, custom_reward_app_url):
+    """A fresh page on the app that allows custom reward code."""
+    context, page = open_page(browser, custom_reward_app_url)
     yield page
     context.close()
 

@@ -74,3 +74,28 @@ def test_zero_variance_warning_then_advantages(page, screenshot):
     assert abs(right + near + wrong) < 1e-3  # advantages are centred on the group mean
     expect(report).not_to_contain_text("Zero variance")
     screenshot(page, "advantages")
+
+
+def test_custom_reward_in_the_sandbox(custom_reward_page, screenshot):
+    page = custom_reward_page
+    sandbox = open_sandbox(page)
+    paste_group(sandbox, GRADED_GROUP, "42")
+    wait_for_table(sandbox, lambda t: t.get("total") == [10.0, 2.0, -2.5])
+
+    sandbox.get_by_text("Custom reward (Python)").click()
+    sandbox.get_by_role("button", name="Insert an example").click()
+    # The example pays 1.0 when the last number equals the gold answer; it joins the total with weight 1.
+    table = wait_for_table(sandbox, lambda t: len(t.get("custom", [])) == 3)
+    assert table["custom"] == [1.0, 0.0, 0.0]
+    assert table["total"] == [11.0, 2.0, -2.5]
+    screenshot(page, "custom-reward")
+
+    # A hostile reward: the sandbox times it out, the page says so, and the app keeps answering.
+    editor = sandbox.locator(".cm-content")
+    editor.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.insert_text("def reward(completions, answer, **kwargs):\n    while True:\n        pass\n")
+    expect(sandbox.locator("#sandbox-report")).to_contain_text("timed out")
+    screenshot(page, "custom-reward-timeout")
+    sandbox.get_by_role("button", name="Insert an example").click()
+    assert wait_for_table(sandbox, lambda t: len(t.get("custom", [])) == 3)["custom"] == [1.0, 0.0, 0.0]
