@@ -23,6 +23,7 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
+from grpo_playground.data.examples import format_completion
 from grpo_playground.tags import DEFAULT_TAGS, Tags
 
 LEVELS = (1, 2, 3, 4, 5)
@@ -425,11 +426,7 @@ def generate_problems(
 
 def format_solution(problem: Problem, tags: Tags = DEFAULT_TAGS) -> str:
     """The recipe's target text: `<start_working_out>steps<end_working_out><SOLUTION>answer</SOLUTION>`."""
-    working = "\n".join(problem.solution_steps)
-    return (
-        f"{tags.reasoning_start}{working}{tags.reasoning_end}"
-        f"{tags.solution_start}{problem.answer}{tags.solution_end}"
-    )
+    return format_completion("\n".join(problem.solution_steps), problem.answer, tags)
 
 
 def plain_solution(problem: Problem) -> str:
