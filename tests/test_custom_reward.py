@@ -60,6 +60,19 @@ def test_answer_arrives_as_one_entry_per_completion_like_trl():
     assert run(code, completions=["x", "y", "z"], answer="7").scores == [4.0, 4.0, 4.0]
 
 
+def test_the_trl_signature_with_prompts_works_too():
+    # ARCHITECTURE.md's reward signature takes prompts first; the sandbox passes them as empty strings.
+    code = "def reward(prompts, completions, answer, **kwargs):\n    return [float(p == '') for p in prompts]\n"
+    assert run(code, completions=["x", "y"]).scores == [1.0, 1.0]
+
+
+def test_a_full_size_group_goes_through():
+    # 64 completions and ~200,000 characters: more than a pipe buffer, so the request is streamed.
+    completions = [f"{'word ' * 620}<SOLUTION>{i}</SOLUTION>" for i in range(custom.MAX_COMPLETIONS)]
+    result = run(EXAMPLE_REWARD, completions=completions, answer="7")
+    assert result.scores == [float(i == 7) for i in range(custom.MAX_COMPLETIONS)]
+
+
 def test_prints_are_captured():
     assert run(reward_code("print('hello from the reward')")).stdout == "hello from the reward\n"
 

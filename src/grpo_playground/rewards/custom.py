@@ -197,7 +197,12 @@ def _exchange(proc: subprocess.Popen, request: bytes, result_r: int, limits: Lim
                 reply += chunk
             else:
                 return _truncate(output, output_seen, limits), b"oversized", False
-    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+    # Wait for the exit WITHOUT reaping: while the leader is an unreaped zombie its process-group id cannot
+    # be reused, so _kill_group's killpg cannot hit a stranger's group, and the real exit status survives.
+    while time.monotonic() < deadline:
+        if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            break
+        time.sleep(0.005)
     return _truncate(output, output_seen, limits), bytes(reply), False
 
 
@@ -209,7 +214,7 @@ def _truncate(output: bytearray, seen: int, limits: Limits) -> str:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the worker's whole process group (it is the group leader), then reap it."""
+    """SIGKILL the worker's whole process group (it is the group leader, not yet reaped), then reap it."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

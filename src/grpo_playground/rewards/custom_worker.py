@@ -81,8 +81,10 @@ def score(request: dict) -> dict:
     if not callable(fn):
         return {"error": "no function named `reward` found: define `def reward(completions, answer, **kwargs):` "
                          "returning one float per completion."}
-    # TRL passes each dataset column as a list with one entry per completion: so do we.
-    scores = fn(completions=list(completions), answer=[request["answer"]] * len(completions))
+    # TRL passes everything by keyword, each dataset column as a list with one entry per completion: so do
+    # we. The sandbox scores completions without their prompts: prompts arrive as empty strings.
+    n = len(completions)
+    scores = fn(prompts=[""] * n, completions=list(completions), answer=[request["answer"]] * n)
     if not isinstance(scores, (list, tuple)):
         return {"error": f"`reward` returned {type(scores).__name__}; it must return a list of "
                          f"{len(completions)} floats, one per completion."}
