@@ -25,10 +25,11 @@ class Judgement:
 
 
 def answers_for(answer, n: int) -> list[str]:
-    """TRL passes the dataset column as one answer per completion; a single string is broadcast."""
-    if isinstance(answer, str):
-        return [answer] * n
-    answers = list(answer)
+    """TRL passes the dataset column as one answer per completion; a single value is broadcast.
+    Numbers (an int column) become text, as the seed's string comparisons expect."""
+    if isinstance(answer, (str, int, float)):
+        return [str(answer)] * n
+    answers = [str(a) for a in answer]
     if len(answers) != n:
         raise ValueError(f"got {n} completions but {len(answers)} answers: give one answer per completion")
     return answers
