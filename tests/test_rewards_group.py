@@ -75,7 +75,7 @@ def test_zero_variance_group_is_flagged_like_trl_with_a_plain_reason():
     assert group.zero_variance and all(zero)
     assert group.advantages == expected == [0.0] * 8
     assert group.zero_variance_reason.startswith("all 8 completions scored -7.5: advantage 0")
-    assert "no <SOLUTION> tag" in group.zero_variance_reason
+    assert "no <SOLUTION> tag: the model wrote 'solution' instead" in group.zero_variance_reason
 
 
 def test_single_completion_has_no_gradient_either():
@@ -107,6 +107,7 @@ def test_explanation_names_what_each_pattern_saw():
         (W + "<SOLUTION>42</SOLUTION> and that is all", "text after </SOLUTION> on the same line"),
         (W + "<SOLUTION></SOLUTION>", "nothing between <SOLUTION> and </SOLUTION>"),
         ("6 x 7 = 42", "no <SOLUTION> tag"),
+        ("6 x 7 = 42. SOLUTION: 42", "no <SOLUTION> tag: the model wrote 'SOLUTION' instead"),
     ],
 )
 def test_strict_miss_reasons(text, reason):

@@ -50,10 +50,15 @@ class TagPatterns:
             return "empty completion"
         start = text.rfind(t.solution_start)
         if start < 0:
-            lowered = t.solution_start.lower()
-            if lowered in text.lower():
+            lowered = text.lower()
+            if t.solution_start.lower() in lowered:
                 return f"no {t.solution_start}: the tag appears with different capitals"
-            return f"no {t.solution_start} tag (the model may write the tag differently)"
+            # The seed's flat -2.0: the model wrote "solution" or "SOLUTION:" but never the tag itself.
+            word = "".join(ch for ch in t.solution_start if ch.isalnum())
+            at = lowered.find(word.lower()) if word else -1
+            if at >= 0:
+                return f"no {t.solution_start} tag: the model wrote {text[at:at + len(word)]!r} instead"
+            return f"no {t.solution_start} tag"
         after = text[start + len(t.solution_start):]
         if t.solution_end not in after:
             return f"truncated: {t.solution_start} never closed (no {t.solution_end} after it)"
