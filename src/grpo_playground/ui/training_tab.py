@@ -201,24 +201,25 @@ def create_training_tab() -> dict:
     gr.Markdown("## Runs")
     view = gr.State(None)
     with gr.Row():
-        run_pick = gr.Dropdown([], label="Run", scale=3)
+        run_pick = gr.Dropdown([], label="Run", scale=3, elem_id="training-run")
         stop_btn = gr.Button("Stop (saves, then exits)", variant="stop", scale=1)
         resume_btn = gr.Button("Resume", scale=1)
     run_msg = gr.Markdown()
-    progress = gr.Markdown()
+    progress = gr.Markdown(elem_id="training-progress")
     queue_md = gr.Markdown()
     plots = []
     for start in range(0, len(run_views.CHARTS), 2):
         with gr.Row():
             for title, _, _ in run_views.CHARTS[start : start + 2]:
-                plots.append(gr.LinePlot(x="step", y="value", color="series", title=title, label=title, height=260))
+                plots.append(gr.LinePlot(x="step", y="value", color="series", title=title, label=title, height=260,
+                                         elem_id=f"training-plot-{len(plots)}"))
     gr.Markdown("### Latest sample group")
     sample_caption = gr.Markdown()
     samples = gr.Dataframe(label="Completions with each reward's score, total and advantage", wrap=True,
-                           interactive=False, max_height=400)
-    to_sandbox = gr.Button("Open this group in the Reward sandbox")
+                           interactive=False, max_height=400, elem_id="training-samples")
+    to_sandbox = gr.Button("Open this group in the Reward sandbox", elem_id="training-to-sandbox")
     findings = gr.Dataframe(label="Doctor: what the metrics say, and the knob to turn", wrap=True,
-                            interactive=False)
+                            interactive=False, elem_id="training-findings")
     with gr.Accordion("Pre-flight report (before GRPO)", open=False):
         preflight = gr.JSON(label="preflight.json")
     with gr.Accordion("Log (tail)", open=False):
