@@ -97,7 +97,7 @@ def test_crash_marks_failed_with_the_error_line(runs):
 @pytest.mark.parametrize("log, rc, expected", [
     # a GPU crash of NaN logits is diagnosed, not left as a stack trace
     ("RuntimeError: CUDA error: device-side assert triggered\n", 1, "NaN logits"),
-    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n", 1, "out of GPU/CPU memory"),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n", 1, "lower grpo.num_generations"),
     # the last error wins over earlier ones (a retried step)
     ("KeyError: 'a'\nTraceback (most recent call last):\nTypeError: bad\n", 1, "TypeError: bad"),
     # SIGKILL without an error line: usually the OOM killer

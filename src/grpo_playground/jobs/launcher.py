@@ -36,37 +36,30 @@ from grpo_playground.jobs.runs import (
     read_status,
     write_status,
 )
+from grpo_playground.training.doctor import diagnose_crash  # pure Python, like this module
 
 LOCK_NAME = ".gpu.lock"
 POLL_S = 0.5
 LOG_TAIL_BYTES = 64_000
 ERROR_LINE_RE = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Interrupt)|Killed|Traceback)\b.*")
-# Crashes whose raw message says little; the reason names the likely cause and the knob.
-KNOWN_CRASHES = [
-    (re.compile(r"out of memory|OutOfMemoryError", re.I),
-     "out of GPU/CPU memory: lower num_generations, max_completion_length or the batch size"),
-    (re.compile(r"device-side assert triggered|probability tensor contains either `inf`, `nan`", re.I),
-     "NaN logits while sampling (learning rate too high): divide the learning rate by 10 and resume"),
-]
 
 _stop_requested_at: float | None = None
 
 
 def crash_reason(log_path: Path, returncode: int) -> str:
-    """One line saying why the job died: a known crash explained, else the last error line of the log."""
+    """One line saying why the job died (when the job could not say it itself, e.g. killed or crashed before
+    its own handler): the doctor's diagnosis of the last error line (OOM, NaN logits), else that line."""
     try:
         with open(log_path, "rb") as f:
             f.seek(max(0, f.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
             tail = f.read().decode("utf-8", "replace")
     except OSError:
         tail = ""
-    for pattern, explanation in KNOWN_CRASHES:
-        if pattern.search(tail):
-            return explanation
     errors = [m.group(0).strip() for m in map(ERROR_LINE_RE.match, tail.splitlines()) if m]
     errors = [e for e in errors if not e.startswith("Traceback")]
     if errors:
-        return errors[-1][:500]
+        finding = diagnose_crash(errors[-1], stage=read_status(log_path.parent).get("stage") or "grpo")
+        return f"{finding.message}. Try: {finding.knob} ({errors[-1][:200]})" if finding else errors[-1][:500]
     if returncode < 0:
         name = signal.Signals(-returncode).name
         return f"killed by {name}" + (" (often the kernel's out-of-memory killer)" if name == "SIGKILL" else "")
