@@ -123,6 +123,10 @@ def test_custom_tags_and_extra_scores_join_the_total():
     assert group.table()[0] == ["check_answer", "custom", "total", "advantage"]
 
 
+def test_numeric_gold_is_read_as_text():
+    assert score_group(GROUP, 42).totals == score_group(GROUP, "42").totals
+
+
 def test_bad_scale_is_refused():
     with pytest.raises(ValueError, match="'group' \\(GRPO\\) or 'none'"):
         score_group(GROUP, "42", scale="batch")

@@ -128,6 +128,8 @@ def score_group(
 ) -> GroupScore:
     """Score a group against one gold answer. `extra_scores` (e.g. a custom reward) join the total with weight 1."""
     texts = [completion_text(c) for c in completions]
+    if isinstance(answer, (int, float)):  # a numeric dataset column
+        answer = str(answer)
     check_request(texts, answer)
     funcs, ws = get_reward_funcs(weights, tags)
     names = [f.__name__ for f in funcs]
