@@ -3,8 +3,8 @@
     OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/browser
 
 Playwright cannot download its own browsers here (no internet), so we launch the system chromium
-(CHROMIUM_PATH, default /usr/bin/chromium; `bash scripts/install.sh --test` installs it). Without it the
-tests skip locally but FAIL in CI (CI=true): a browser test that silently skips in CI proves nothing.
+(CHROMIUM_PATH, default /usr/bin/chromium; `bash scripts/install.sh --test` installs it). Without it, or
+without playwright, the tests skip locally but FAIL in CI (CI=true).
 Screenshots go to artifacts/screenshots/ (gitignored; CI keeps that folder as artifacts).
 """
 
@@ -38,21 +38,28 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.browser)
 
 
-@pytest.fixture(scope="session")
-def chromium_path() -> str:
-    path = shutil.which(CHROMIUM) or (CHROMIUM if os.access(CHROMIUM, os.X_OK) else None)
-    if path:
-        return path
-    message = f"chromium not found at {CHROMIUM}: install it with `bash scripts/install.sh --test` " \
-              "(apt-get install chromium) or set CHROMIUM_PATH"
+def unavailable(message: str):
+    """Skip locally, fail in CI: a browser test that silently skips in CI proves nothing."""
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(message)
     pytest.skip(message)
 
 
 @pytest.fixture(scope="session")
+def chromium_path() -> str:
+    path = shutil.which(CHROMIUM) or (CHROMIUM if os.access(CHROMIUM, os.X_OK) else None)
+    if not path:
+        unavailable(f"chromium not found at {CHROMIUM}: install it with `bash scripts/install.sh --test` "
+                    "(apt-get install chromium) or set CHROMIUM_PATH")
+    return path
+
+
+@pytest.fixture(scope="session")
 def browser(chromium_path):
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright missing: pip install -r requirements-test.txt")
+    try:
+        from playwright import sync_api
+    except ImportError:
+        unavailable("playwright is not installed: .venv/bin/python -m pip install -r requirements-test.txt")
     playwright = sync_api.sync_playwright().start()
     browser = playwright.chromium.launch(executable_path=chromium_path, headless=True, args=CHROMIUM_ARGS)
     yield browser
@@ -108,6 +115,14 @@ def custom_reward_page(browser, custom_reward_app_url):
     context, page = open_page(browser, custom_reward_app_url)
     yield page
     context.close()
+
+
+@pytest.fixture
+def expect(browser):
+    """Playwright's auto-waiting `expect`, as a fixture so that a missing playwright skips/fails like the rest."""
+    from playwright.sync_api import expect
+
+    return expect
 
 
 @pytest.fixture

@@ -10,8 +10,6 @@ from __future__ import annotations
 import re
 import time
 
-from playwright.sync_api import expect
-
 WORK = "<start_working_out>6 x 7 = 42<end_working_out>"
 # Three completions that never write the <SOLUTION> tag: every reward scores them alike, the seed's story.
 FLAT_GROUP = ["I think the answer is 42.", "solution: 42", "SOL 42"]
@@ -53,7 +51,7 @@ def wait_for_table(sandbox, done, timeout_s: float = 30.0) -> dict[str, list[flo
     raise AssertionError(f"the scores table never reached the expected state; last seen: {table}")
 
 
-def test_zero_variance_warning_then_advantages(page, screenshot):
+def test_zero_variance_warning_then_advantages(page, screenshot, expect):
     sandbox = open_sandbox(page)
     report = sandbox.locator("#sandbox-report")
 
@@ -76,7 +74,7 @@ def test_zero_variance_warning_then_advantages(page, screenshot):
     screenshot(page, "advantages")
 
 
-def test_custom_reward_in_the_sandbox(custom_reward_page, screenshot):
+def test_custom_reward_in_the_sandbox(custom_reward_page, screenshot, expect):
     page = custom_reward_page
     sandbox = open_sandbox(page)
     paste_group(sandbox, GRADED_GROUP, "42")
