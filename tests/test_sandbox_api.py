@@ -143,5 +143,6 @@ def test_custom_reward_failure_is_a_clear_error_and_off_means_off(monkeypatch):
     with pytest.raises(RewardInputError, match="custom reward: .*"):
         _compute("def reward(completions, answer, **kwargs):\n    while True:\n        pass\n")
     monkeypatch.delenv(ENABLE_ENV)
-    group, _ = _compute("def reward(completions, answer, **kwargs):\n    return [1.0] * len(completions)\n")
-    assert group.names == ["check_answer"]  # disabled: the code is never run
+    # disabled: an API caller who sends code is told so (and how the owner enables it); nothing runs
+    with pytest.raises(RewardInputError, match=f"disabled on this server.*{ENABLE_ENV}=1"):
+        _compute("def reward(completions, answer, **kwargs):\n    return [1.0] * len(completions)\n")

@@ -10,6 +10,7 @@ capped too, so the bound holds for any input.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import select
@@ -86,6 +87,7 @@ class EquivalenceWorker:
 
 
 _worker = EquivalenceWorker()
+atexit.register(_worker.close)
 
 
 class AnswerEquivalence(Reward):
