@@ -178,6 +178,9 @@ def _load_unsloth(cfg: RunConfig, stage: str, base, start_adapter: Path | None) 
         from peft import set_peft_model_state_dict
         from safetensors.torch import load_file
 
-        set_peft_model_state_dict(model, load_file(str(start_adapter / "adapter_model.safetensors")))
+        loaded = set_peft_model_state_dict(model, load_file(str(start_adapter / "adapter_model.safetensors")))
+        if loaded.unexpected_keys:
+            raise ValueError(f"the adapter in {start_adapter} does not fit this model's LoRA (lora.r / target_modules "
+                             f"changed?): unexpected keys such as {loaded.unexpected_keys[:3]}")
         notes.append(f"continuing from the adapter in {start_adapter}")
     return Policy(model, tokenizer, "unsloth", "cuda", notes, start_adapter)

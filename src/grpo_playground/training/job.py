@@ -108,6 +108,9 @@ def _run_stage(cfg: RunConfig, folder: RunFolder, stage: str, tracker, history: 
         if stage == "preflight":
             return "done"
         result = run_grpo(cfg, folder, policy, tracker, history, resume and folder.last_checkpoint("grpo") is not None)
+    seconds = dict(folder.read_status().get("stage_seconds") or {})
+    seconds[stage] = seconds.get(stage, 0.0) + result.seconds  # a resumed stage adds its new time
+    folder.status(stage_seconds=seconds)
     folder.log(f"{stage}: {result.steps} steps in {result.seconds:.0f} s"
                + (f" (time budget of {getattr(cfg, stage).max_minutes} min reached)" if result.stopped_by == "time" else ""))
     _free(policy)

@@ -32,10 +32,7 @@ def training_rows(cfg: RunConfig, tokenizer, stage: str, folder: RunFolder):
     spec, n = (cfg.data.sft_source, cfg.data.n_sft) if stage == "sft" else (cfg.data.grpo_source, cfg.data.n_grpo)
     loaded = load_examples(spec, n=n, tags=cfg.rewards.tags, with_solution=stage == "sft", seed=cfg.data.seed)
     folder.log(f"{stage} data {spec}: {loaded.summary()}")
-    rows = render_examples(loaded.examples, tokenizer, cfg.rewards.tags, cfg.data.prefill_reasoning)
-    for row in rows:
-        row.pop("level", None)  # None for most sources: a column of nulls trips datasets' type inference
-    return to_hf_dataset(rows)
+    return to_hf_dataset(render_examples(loaded.examples, tokenizer, cfg.rewards.tags, cfg.data.prefill_reasoning))
 
 
 def _common_args(cfg: RunConfig, stage_cfg, folder: RunFolder, stage: str, policy: Policy) -> dict:
