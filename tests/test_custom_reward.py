@@ -266,3 +266,13 @@ def test_app_processes_are_invisible_with_namespaces():
     result = run(reward_code("print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))"))
     visible = set(json.loads(result.stdout))
     assert os.getpid() not in visible and os.getppid() not in visible and len(visible) <= 3
+
+
+def test_no_file_descriptors_leak_even_after_a_timeout():
+    # The app calls this on every edit for hours: each pipe or selector left open would add up.
+    run(EXAMPLE_REWARD)  # the namespace probe and lazy imports open what they keep before we count
+    before = len(os.listdir("/proc/self/fd"))
+    run(EXAMPLE_REWARD)
+    run(reward_code("while True:\n    pass"), wall_seconds=0.5)
+    run(reward_code("print('x' * 1_000_000)"))
+    assert len(os.listdir("/proc/self/fd")) == before

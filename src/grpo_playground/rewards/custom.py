@@ -15,6 +15,7 @@ sight. docs/custom_rewards.md says plainly what this does NOT stop.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -122,11 +123,11 @@ def _input_problem(code, completions, answer) -> str | None:
         return "completions must be a list of strings."
     if not 1 <= len(completions) <= MAX_COMPLETIONS:
         return f"got {len(completions)} completions; give 1 to {MAX_COMPLETIONS}."
-    size = sum(map(len, completions)) + len(answer if isinstance(answer, str) else "")
-    if size > MAX_INPUT_CHARS:
-        return f"the completions and answer hold {size:,} characters; the limit is {MAX_INPUT_CHARS:,}."
     if not isinstance(answer, str):
         return f"answer must be a string, got {type(answer).__name__}."
+    size = sum(map(len, completions)) + len(answer)
+    if size > MAX_INPUT_CHARS:
+        return f"the completions and answer hold {size:,} characters; the limit is {MAX_INPUT_CHARS:,}."
     return None
 
 
@@ -167,36 +168,36 @@ def _exchange(proc: subprocess.Popen, request: bytes, result_r: int, limits: Lim
     output, reply = bytearray(), bytearray()
     out_cap = limits.output_chars * 4 + 4  # UTF-8 bytes for output_chars characters
     output_seen = 0
-    sel = selectors.DefaultSelector()
     os.set_blocking(proc.stdin.fileno(), False)
-    sel.register(proc.stdin, selectors.EVENT_WRITE, "in")
-    sel.register(proc.stdout, selectors.EVENT_READ, "out")
-    sel.register(result_r, selectors.EVENT_READ, "reply")
     pending = memoryview(request)
-    while sel.get_map():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return _truncate(output, output_seen, limits), bytes(reply), True
-        for key, _ in sel.select(remaining):
-            if key.data == "in":
-                try:
-                    pending = pending[os.write(key.fd, pending[:65536]):]
-                except BrokenPipeError:
-                    pending = pending[:0]
-                if not pending:
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdin, selectors.EVENT_WRITE, "in")
+        sel.register(proc.stdout, selectors.EVENT_READ, "out")
+        sel.register(result_r, selectors.EVENT_READ, "reply")
+        while sel.get_map():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return _truncate(output, output_seen, limits), bytes(reply), True
+            for key, _ in sel.select(remaining):
+                if key.data == "in":
+                    try:
+                        pending = pending[os.write(key.fd, pending[:65536]):]
+                    except BrokenPipeError:
+                        pending = pending[:0]
+                    if not pending:
+                        sel.unregister(key.fileobj)
+                        proc.stdin.close()
+                    continue
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
                     sel.unregister(key.fileobj)
-                    proc.stdin.close()
-                continue
-            chunk = os.read(key.fd, 65536)
-            if not chunk:
-                sel.unregister(key.fileobj)
-            elif key.data == "out":
-                output_seen += len(chunk)
-                output += chunk[: max(0, out_cap - len(output))]
-            elif len(reply) + len(chunk) <= MAX_REPLY_BYTES:
-                reply += chunk
-            else:
-                return _truncate(output, output_seen, limits), b"oversized", False
+                elif key.data == "out":
+                    output_seen += len(chunk)
+                    output += chunk[: max(0, out_cap - len(output))]
+                elif len(reply) + len(chunk) <= MAX_REPLY_BYTES:
+                    reply += chunk
+                else:
+                    return _truncate(output, output_seen, limits), b"oversized", False
     # Wait for the exit WITHOUT reaping: while the leader is an unreaped zombie its process-group id cannot
     # be reused, so _kill_group's killpg cannot hit a stranger's group, and the real exit status survives.
     while time.monotonic() < deadline:
@@ -220,6 +221,9 @@ def _kill_group(proc: subprocess.Popen) -> None:
     except (ProcessLookupError, PermissionError):
         pass  # already gone (its group died with it)
     proc.wait()
+    for pipe in (proc.stdin, proc.stdout):  # an early return (timeout) leaves them open: no fd leak
+        with contextlib.suppress(OSError):
+            pipe.close()
 
 
 def _interpret(returncode, output, reply, timed_out, n, limits) -> CustomRewardResult:
