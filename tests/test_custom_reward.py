@@ -276,3 +276,13 @@ def test_no_file_descriptors_leak_even_after_a_timeout():
     run(reward_code("while True:\n    pass"), wall_seconds=0.5)
     run(reward_code("print('x' * 1_000_000)"))
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_concurrent_calls_each_get_their_own_scores():
+    # Gradio runs up to 4 events at once: calls from several threads must not mix pipes or results.
+    from concurrent.futures import ThreadPoolExecutor
+
+    code = "def reward(completions, answer, **kwargs):\n    return [float(c) * 10 for c in completions]\n"
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda i: run(code, completions=[str(i), str(i + 1)]), range(8)))
+    assert [r.scores for r in results] == [[i * 10.0, (i + 1) * 10.0] for i in range(8)]
