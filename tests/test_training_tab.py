@@ -217,10 +217,12 @@ def test_grpo_run_shows_samples_and_the_doctor(client):
     from grpo_playground.ui.training_tab import poll
 
     outputs = poll(started["run_id"], None, None, "reward")
-    caption, samples, findings = outputs[3 + len(run_views.CHARTS): 6 + len(run_views.CHARTS)]
+    caption, samples, findings, preflight_md, preflight = outputs[3 + len(run_views.CHARTS): 8 + len(run_views.CHARTS)]
     assert "answer" in caption
     assert {"completion", "check_answer", "total", "advantage"} <= set(samples.columns)
     assert len(samples) == 4
+    # the pre-flight verdict in words (the job samples a few groups before GRPO), and the full report
+    assert f"Pre-flight: {preflight['level'].upper()}" in preflight_md and preflight["why"] in preflight_md
     # the doctor's findings as the job logged them, each with the knob to turn
     doctor_file = Path(os.environ["GRPO_PLAYGROUND_RUNS_DIR"], started["run_id"], "doctor.jsonl")
     logged = [json.loads(line) for line in doctor_file.read_text().splitlines()] if doctor_file.exists() else []

@@ -147,6 +147,24 @@ def doctor_findings(file_findings: list[dict], metrics: list[dict]) -> list[dict
     return [f.to_dict() for f in diagnose(metrics)]
 
 
+def preflight_markdown(report: dict | None) -> str:
+    """The pre-flight verdict in words: will GRPO see a signal from this model, and if not, why and what to do."""
+    if not report:
+        return "No pre-flight report for this run (the job writes one before GRPO starts)."
+    level = str(report.get("level", "?"))
+    text = f"**Pre-flight: {level.upper()}**. {report.get('why', '')}"
+    if report.get("what_to_do"):
+        text += f"\n\n**What to do:** {report['what_to_do']}"
+    rate = _number(report.get("format_rate"))
+    if rate is not None:
+        text += (f"\n\nIn the format: {rate:.0%} of sampled completions; zero-variance groups: "
+                 f"{report.get('zero_variance_groups')}/{report.get('groups_sampled')}.")
+    tags = report.get("tag_tokens") or []
+    if tags:
+        text += "\n\nTags: " + "; ".join(f"`{t.get('tag')}` -> {t.get('n_tokens')} token(s)" for t in tags)
+    return text
+
+
 def history_table(infos: list[RunInfo]) -> pd.DataFrame:
     columns = ["run", "state", "stage", "step", "max_steps", "reason"]
     return pd.DataFrame([[i.run_id, i.state, i.status.get("stage"), i.status.get("step"),

@@ -132,7 +132,7 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
     queue_md = ("Queue (one training job at a time): " + ", ".join(queue)) if queue else "Queue: empty"
     if run_id is None:
         return (run_pick, "No runs yet: pick a recipe and press Start.", queue_md,
-                *[skip] * len(run_views.CHARTS), skip, skip, skip, skip, skip, history, skip, view)
+                *[skip] * len(run_views.CHARTS), skip, skip, skip, skip, skip, skip, history, skip, view)
     feed = view["feed"]
     changed = feed.poll() or view["status"] is None
     info = next(i for i in infos if i.run_id == run_id)
@@ -145,22 +145,24 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
     samples = run_views.sample_table(sample) if changed else skip
     findings = (run_views.findings_table(run_views.doctor_findings(feed.findings, feed.metrics))
                 if changed else skip)
-    preflight = _preflight(view, info.path)
+    preflight_md, preflight = _preflight(view, info.path)
     log = jobs.read_log_tail(info.path)
     log_out = log if log != view["log"] else skip
     view["log"] = log
     compare = _compare(run_id, feed.metrics, compare_id, compare_key) if changed else skip
-    return (run_pick, progress, queue_md, *charts, caption, samples, findings, preflight, log_out, history,
-            compare, view)
+    return (run_pick, progress, queue_md, *charts, caption, samples, findings, preflight_md, preflight, log_out,
+            history, compare, view)
 
 
 def _preflight(view: dict, run_dir: Path):
+    """(verdict in words, full report), read again only when preflight.json changes."""
     path = run_dir / "preflight.json"
     mtime = path.stat().st_mtime if path.exists() else None
     if mtime == view["preflight_mtime"]:
-        return gr.skip()
+        return gr.skip(), gr.skip()
     view["preflight_mtime"] = mtime
-    return read_json(path) if mtime else None
+    report = read_json(path) if mtime else None
+    return run_views.preflight_markdown(report), report
 
 
 def _compare(run_id: str, metrics: list[dict], other_id: str | None, key: str | None):
@@ -168,9 +170,13 @@ def _compare(run_id: str, metrics: list[dict], other_id: str | None, key: str | 
         return run_views.compare_frame({}, "", None)
     runs = {run_id: metrics}
     if other_id and other_id != run_id:
-        other = jobs.RunFeed(jobs.run_path(other_id))
-        other.poll()
-        runs[other_id] = other.metrics
+        try:
+            other = jobs.RunFeed(jobs.run_path(other_id))
+        except (ValueError, FileNotFoundError):
+            other = None  # deleted meanwhile: show the selected run alone
+        if other is not None:
+            other.poll()
+            runs[other_id] = other.metrics
     return run_views.compare_frame(runs, key, None)
 
 
@@ -220,14 +226,15 @@ def create_training_tab() -> dict:
     to_sandbox = gr.Button("Open this group in the Reward sandbox", elem_id="training-to-sandbox")
     findings = gr.Dataframe(label="Doctor: what the metrics say, and the knob to turn", wrap=True,
                             interactive=False, elem_id="training-findings")
-    with gr.Accordion("Pre-flight report (before GRPO)", open=False):
+    preflight_md = gr.Markdown(elem_id="training-preflight")
+    with gr.Accordion("Pre-flight report in full: tag tokens, rendered prompt, sampled groups", open=False):
         preflight = gr.JSON(label="preflight.json")
     with gr.Accordion("Log (tail)", open=False):
         log = gr.Code(label="log.txt", language=None, lines=20)
     with gr.Accordion("Run history and comparison", open=False):
         history = gr.Dataframe(label="Runs", interactive=False, wrap=True)
         with gr.Row():
-            compare_run = gr.Dropdown([], label="Compare with run", allow_custom_value=True)
+            compare_run = gr.Dropdown([], label="Compare with run")
             compare_key = gr.Dropdown(["reward", "reward_std", "loss", "kl", "completions/mean_length",
                                        "completions/clipped_ratio", "frac_reward_zero_std", "learning_rate"],
                                       value="reward", label="Metric", allow_custom_value=True)
@@ -313,8 +320,8 @@ def create_training_tab() -> dict:
     gr.on([compare_run.change, compare_key.change], redraw_compare, [run_pick, compare_run, compare_key],
           compare_plot, **ui)
     timer.tick(poll, [run_pick, view, compare_run, compare_key],
-               [run_pick, progress, queue_md, *plots, sample_caption, samples, findings, preflight, log, history,
-                compare_plot, view], show_progress="hidden", **ui)
+               [run_pick, progress, queue_md, *plots, sample_caption, samples, findings, preflight_md, preflight, log,
+                history, compare_plot, view], show_progress="hidden", **ui)
 
     return {"form": form, "specs": specs, "stage": stage, "token": token, "start": start_btn, "run": run_pick,
             "stop": stop_btn, "resume": resume_btn, "plots": plots, "samples": samples, "view": view,
