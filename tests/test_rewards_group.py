@@ -130,3 +130,14 @@ def test_numeric_gold_is_read_as_text():
 def test_bad_scale_is_refused():
     with pytest.raises(ValueError, match="'group' \\(GRPO\\) or 'none'"):
         score_group(GROUP, "42", scale="batch")
+
+
+def test_trl_names_the_reward_funcs_after_the_registry():
+    # TRL logs rewards/<get_callable_name(fn)>/mean; an async-looking callable would never be awaited.
+    from trl.trainer.utils import get_callable_name, is_async_callable
+
+    from grpo_playground.rewards import REWARDS, get_reward_funcs
+
+    funcs, _ = get_reward_funcs({name: 1.0 for name in REWARDS})
+    assert [get_callable_name(f) for f in funcs] == list(REWARDS)
+    assert not any(is_async_callable(f) for f in funcs)
