@@ -28,6 +28,7 @@ from grpo_playground.jobs.runs import (
     load_run,
     new_run_id,
     process_start_ticks,
+    queue_order,
     reconcile,
     run_path,
     runs_dir,
@@ -39,6 +40,7 @@ OWNER_TOKEN_ENV = "GRPO_PLAYGROUND_OWNER_TOKEN"
 STAGES = ("all", "sft", "grpo", "preflight")  # pipelines.train --stage
 ROOT = Path(__file__).resolve().parents[3]  # the checkout: holds pipelines/ and src/
 RECIPE_FILE = "recipe.yaml"
+MAX_QUEUED = 8  # waiting jobs; more is a runaway script, not a plan
 
 
 def owner_token_required() -> bool:
@@ -97,7 +99,8 @@ def spawn_job(run_dir: Path, command: list[str], stage: str = "all") -> RunInfo:
     (run_dir / STOP_FILE).unlink(missing_ok=True)
     (run_dir / JOB_FILE).unlink(missing_ok=True)
     queued_at = time.time()
-    write_status(run_dir, state="queued", reason="waiting for the training slot")
+    # pid None: the previous attempt's pid must not make this fresh entry look dead before job.json exists
+    write_status(run_dir, state="queued", pid=None, reason="waiting for the training slot")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH")) if p)
     launcher = [sys.executable, "-m", "grpo_playground.jobs.launcher", "--run-dir", str(run_dir), "--", *command]
@@ -114,11 +117,19 @@ def spawn_job(run_dir: Path, command: list[str], stage: str = "all") -> RunInfo:
     return load_run(run_dir)
 
 
+def _check_queue_room() -> None:
+    waiting = queue_order()
+    if len(waiting) >= MAX_QUEUED:
+        raise RuntimeError(f"{len(waiting)} jobs are already waiting for the training slot: stop one of them "
+                           f"({', '.join(i.run_id for i in waiting[:3])}, ...) or wait")
+
+
 def start_run(config, stage: str = "all", token: str | None = None, name: str | None = None) -> RunInfo:
     """Owner only: create a run from a RunConfig and queue it; returns at once (the job runs on its own)."""
     check_owner(token)
     train_command(Path("."), stage)  # validate the stage before creating anything
     _check_cli()
+    _check_queue_room()
     run_dir = create_run(config, name)
     return spawn_job(run_dir, train_command(run_dir, stage), stage)
 
@@ -132,6 +143,7 @@ def resume_run(run_id: str, token: str | None = None) -> RunInfo:
     if info.state == "finished":
         raise RuntimeError(f"run {run_id} finished: start a new run (e.g. load its recipe and raise max_steps)")
     _check_cli()
+    _check_queue_room()
     stage = info.job.get("stage") or "all"
     return spawn_job(info.path, train_command(info.path, stage, resume=True), stage)
 

@@ -121,12 +121,12 @@ class RunInfo:
         return self.status.get("state", "unknown")
 
     def processes_alive(self) -> bool:
-        """The launcher, anything left in its process group, or the pid the job wrote (a run started from
-        the CLI has no launcher)."""
-        if is_alive(self.job.get("launcher_pid"), self.job.get("start_ticks")):
-            return True
-        if self.job.get("pgid") and group_members(int(self.job["pgid"])):
-            return True
+        """The launcher or anything left in its process group; for a run started from the CLI (no job.json)
+        the pid the job wrote. A bare pid can be recycled after a reboot, so it is the last resort."""
+        if self.job:
+            if is_alive(self.job.get("launcher_pid"), self.job.get("start_ticks")):
+                return True
+            return bool(self.job.get("pgid") and group_members(int(self.job["pgid"])))
         return is_alive(self.status.get("pid"))
 
 
