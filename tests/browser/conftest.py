@@ -45,6 +45,14 @@ def unavailable(message: str):
     pytest.skip(message)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Remember each phase's outcome on the test item, so page fixtures can screenshot a failure."""
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report
+
+
 @pytest.fixture(scope="session")
 def chromium_path() -> str:
     path = shutil.which(CHROMIUM) or (CHROMIUM if os.access(CHROMIUM, os.X_OK) else None)
@@ -101,20 +109,34 @@ def open_page(browser, url: str):
     return context, page
 
 
-@pytest.fixture
-def page(browser, app_url):
-    """A fresh page on the real app, loaded and ready; closed after the test."""
-    context, page = open_page(browser, app_url)
-    yield page
+def file_stem(request) -> str:
+    """The test's name, safe as a file name (parametrized ids can hold anything)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)
+
+
+def close_page(request, context, page) -> None:
+    """Close the page; after a failed test, first save what the browser showed (CI keeps the folder)."""
+    report = getattr(request.node, "report_call", None)
+    if report is not None and report.failed:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / f"FAILED-{file_stem(request)}.png"), full_page=True)
     context.close()
 
 
 @pytest.fixture
-def custom_reward_page(browser, custom_reward_app_url):
+def page(request, browser, app_url):
+    """A fresh page on the real app, loaded and ready; closed after the test (screenshot if it failed)."""
+    context, page = open_page(browser, app_url)
+    yield page
+    close_page(request, context, page)
+
+
+@pytest.fixture
+def custom_reward_page(request, browser, custom_reward_app_url):
     """A fresh page on the app that allows custom reward code."""
     context, page = open_page(browser, custom_reward_app_url)
     yield page
-    context.close()
+    close_page(request, context, page)
 
 
 @pytest.fixture
@@ -129,7 +151,7 @@ def expect(browser):
 def screenshot(request):
     """screenshot(page, "name") saves artifacts/screenshots/<test name>-<name>.png and returns its path."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    prefix = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)
+    prefix = file_stem(request)
 
     def save(page, name: str) -> Path:
         path = SCREENSHOTS / f"{prefix}-{name}.png"
