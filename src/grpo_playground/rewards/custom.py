@@ -234,7 +234,7 @@ def _interpret(returncode, output, reply, timed_out, n, limits) -> CustomRewardR
         return fail(f"timed out: the reward did not finish within {limits.wall_seconds:g} s (wall clock). "
                     f"Look for an infinite loop or slow code; a group must be scored in under {limits.wall_seconds:g} s.")
     if not reply:
-        if returncode in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
+        if returncode == 128 + signal.SIGXCPU:  # the launcher's way of saying its child got SIGXCPU
             return fail(f"CPU time limit exceeded ({limits.cpu_seconds} s): make the reward cheaper.")
         return fail(f"the reward process ended (exit status {returncode}) without returning scores. "
                     "Did the code exit, kill a process or close file descriptors? Return a list instead.")

@@ -106,7 +106,8 @@ def main() -> None:
     pid = os.fork()
     if pid:
         _, status = os.waitpid(pid, 0)
-        os._exit(os.waitstatus_to_exitcode(status) % 256)
+        # Pass the child's fate on as an exit status; a signal (SIGXCPU: the CPU limit) as 128 + its number.
+        os._exit(128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
     # The child stays in the launcher's process group: the app's timeout kills the whole group.
     sys.stdout.reconfigure(line_buffering=True)  # prints made before a timeout still reach the app
     try:
