@@ -139,6 +139,14 @@ def test_infinite_loop_times_out(namespaces):
 
 
 @pytest.mark.parametrize("namespaces", MODES)
+def test_cpu_limit_is_reported_as_such(namespaces):
+    # RLIMIT_CPU ends the code with SIGXCPU. On 2 shared cores a busy loop meets the wall clock first, so
+    # the signal is raised directly: this checks that its report survives the launcher (and unshare).
+    result = run(reward_code("import signal\nos.kill(os.getpid(), signal.SIGXCPU)"), namespaces)
+    assert result.scores is None and "CPU time limit exceeded" in result.error, result.error
+
+
+@pytest.mark.parametrize("namespaces", MODES)
 def test_memory_bomb_hits_the_memory_limit(namespaces):
     result = run(reward_code("hog = bytearray(1024 ** 3)"), namespaces, memory_mb=128)
     assert result.memory_exceeded and result.scores is None and "memory limit" in result.error
