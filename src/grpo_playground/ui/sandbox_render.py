@@ -10,6 +10,9 @@ from grpo_playground.rewards import DesignReport, GroupScore, Mark
 # Long completions show their head and tail (the answer is usually at the end); marks inside are kept.
 HEAD_CHARS, TAIL_CHARS = 1_500, 3_500
 COLORS = {"answer": "#b7f5b0", "number": "#ffe58a", "tag": "#cfe2ff"}
+# Light highlight colours need dark text in both themes (dark mode's light text on them is unreadable);
+# everything else uses the theme's CSS variables.
+MARK_STYLE = "color:#111;background:{}"
 
 
 def _color(labels: list[str]) -> str:
@@ -28,7 +31,7 @@ def highlight(text: str, marks: list[Mark]) -> str:
     out = []
     for w_start, w_end in windows:
         if w_start > 0:
-            out.append(f'<span style="color:#888">\n[... {w_start - HEAD_CHARS:,} characters not shown ...]\n</span>')
+            out.append(f'<span style="color:var(--body-text-color-subdued)">\n[... {w_start - HEAD_CHARS:,} characters not shown ...]\n</span>')
         inside = [m for m in marks if m.end > w_start and m.start < w_end]
         cuts = sorted({w_start, w_end, *(max(w_start, min(w_end, x)) for m in inside for x in (m.start, m.end))})
         for a, b in zip(cuts, cuts[1:]):
@@ -36,7 +39,7 @@ def highlight(text: str, marks: list[Mark]) -> str:
             labels = [m.label for m in inside if m.start <= a and m.end >= b]
             if labels:
                 title = html.escape(", ".join(labels), quote=True)
-                piece = f'<mark style="background:{_color(labels)}" title="{title}">{piece}</mark>'
+                piece = f'<mark style="{MARK_STYLE.format(_color(labels))}" title="{title}">{piece}</mark>'
             out.append(piece)
     return "".join(out)
 
@@ -56,14 +59,14 @@ def render_details(group: GroupScore) -> str:
         )
         number = f"<code>{html.escape(c.number[:40])}</code>" if c.number is not None else "none"
         cards.append(
-            f'<div class="sandbox-card" style="border:1px solid #ccc;border-radius:6px;padding:8px;margin:6px 0">'
+            f'<div class="sandbox-card" style="border:1px solid var(--border-color-primary);border-radius:6px;padding:8px;margin:6px 0">'
             f"<b>#{i}</b> total <b>{c.total:+.4g}</b>, advantage <b>{c.advantage:+.4g}</b>"
             f"<div style='font-size:90%'>{found}; number read by check_numbers: {number}; tags: {counts}</div>"
             f'<pre style="white-space:pre-wrap;margin:6px 0">{highlight(c.text, c.marks) or "<i>(empty)</i>"}</pre>'
             f'<table style="font-size:90%">{rows}</table></div>'
         )
     legend = " ".join(
-        f'<mark style="background:{color}">{kind}</mark>' for kind, color in
+        f'<mark style="{MARK_STYLE.format(color)}">{kind}</mark>' for kind, color in
         [("answer (strict match)", COLORS["answer"]), ("number (check_numbers)", COLORS["number"]), ("tag", COLORS["tag"])]
     )
     return f"<div>Highlights: {legend}</div>" + "".join(cards)
