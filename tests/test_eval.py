@@ -64,3 +64,105 @@ def test_summarize_rates_standard_errors_and_levels():
     assert "per_level" not in summarize(scores)
     with pytest.raises(ValueError):
         summarize([])
+
+
+# --- real model runs (the embedded `tiny`) ------------------------------------------------------------------
+
+EVAL_ARGS = dict(data="generator:test", n=12, batch_size=12, max_new_tokens=40)
+
+
+@pytest.fixture(scope="module")
+def tiny() -> str:
+    from grpo_playground.models import resolve_model
+
+    if not (Path(resolve_model("tiny").location) / "config.json").is_file():
+        pytest.skip("assets/tiny is not built yet (python -m pipelines.build_tiny)")
+    return "tiny"
+
+
+@pytest.fixture(scope="module")
+def adapter_run(tiny, tmp_path_factory) -> Path:
+    """A second checkpoint: a real PEFT adapter on `tiny` (random, non-zero LoRA weights) saved as a run's sft
+    stage, with a recipe that turns the prefill off, the way the training job lays out a run folder."""
+    torch = pytest.importorskip("torch")
+    from peft import LoraConfig, get_peft_model
+
+    from grpo_playground.config import RunConfig, save_recipe
+    from grpo_playground.models import load_model_and_tokenizer
+
+    torch.manual_seed(0)
+    model, tokenizer = load_model_and_tokenizer(tiny, device="cpu", trainable=False)
+    peft_model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    run = tmp_path_factory.mktemp("runs") / "20260101-000000-eval-test-beef"
+    peft_model.save_pretrained(run / "sft")
+    tokenizer.save_pretrained(run / "sft")
+    config = RunConfig()
+    config.model.name_or_path = tiny
+    config.data.prefill_reasoning = False
+    save_recipe(config, run / "recipe.yaml")
+    return run
+
+
+def test_cli_prints_json_last_and_tiny_has_no_format_before_sft(tiny, tmp_path):
+    out = tmp_path / "tiny.json"
+    command = [sys.executable, "-m", "pipelines.eval", "--model", tiny, "--data", EVAL_ARGS["data"], "--n", "12",
+               "--batch-size", "12", "--max-new-tokens", "40", "--out", str(out)]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    for key in ("format_rate", "accuracy", "lenient_accuracy", "mean_completion_tokens", "recheck_rate", "accuracy_se", "per_level"):
+        assert key in summary
+    assert summary["n"] == 12
+    assert summary["format_rate"] <= 0.1  # pretrained without tags: it does not speak the format before SFT
+    saved = json.loads(out.read_text())
+    assert len(saved["completions"]) == 12 and saved["settings"]["prefill_reasoning"] is True
+    assert saved["example_prompt"].endswith("<start_working_out>")
+
+
+def test_bad_arguments_fail_with_a_message(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "pipelines.eval", "--model", "no-such-model", "--n", "2"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 2 and "unknown model 'no-such-model'" in proc.stderr
+
+
+def test_reproducible_and_checkpoints_differ(tiny, adapter_run):
+    from grpo_playground.eval import evaluate, summary_line
+
+    def numbers(result):
+        return {k: v for k, v in summary_line(result).items() if k not in ("seconds", "model", "settings")}
+
+    first, second = evaluate(tiny, **EVAL_ARGS), evaluate(tiny, **EVAL_ARGS)
+    assert numbers(first) == numbers(second)
+    assert [c["text"] for c in first["completions"]] == [c["text"] for c in second["completions"]]
+
+    other = evaluate(str(adapter_run / "sft"), **EVAL_ARGS)
+    assert other["settings"]["recipe"] == str(adapter_run / "recipe.yaml")
+    assert other["settings"]["prefill_reasoning"] is False  # taken from the run's recipe
+    assert not other["example_prompt"].endswith("<start_working_out>")
+    assert numbers(other) != numbers(first)
+    assert [c["text"] for c in other["completions"]] != [c["text"] for c in first["completions"]]
+
+
+def test_eval_panel_runs_children_and_compares(tiny, adapter_run, monkeypatch):
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(adapter_run.parent))
+    from grpo_playground.eval import results as store
+    from grpo_playground.ui.eval_panel import run_evals
+
+    choices = dict(store.list_checkpoints())
+    sft = choices[f"{adapter_run.name}/sft"]
+    assert choices["tiny"] == "tiny"
+    with pytest.raises(ValueError, match="neither a registry model"):
+        store.check_checkpoint("/etc")
+    updates = list(run_evals(["tiny", sft], "generator:test", 4, 4, 24, ""))
+    status, log, table, chart = updates[-1]
+    assert "tiny: done" in status and f"{adapter_run.name}/sft: done" in status, log
+    assert sorted(table["checkpoint"]) == sorted(["tiny", f"{adapter_run.name}/sft"])
+    assert set(chart["metric"]) == set(store.CHART_METRICS) and len(chart) == 8
+    assert len(store.load_results()) == 2  # saved as files: they survive the browser and the app
+
+
+def test_panel_module_does_not_import_torch():
+    code = ("import sys\nimport grpo_playground.ui.eval_panel\n"
+            "bad = [m for m in ('torch', 'transformers', 'datasets', 'peft', 'trl') if m in sys.modules]\nassert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
