@@ -86,6 +86,17 @@ def test_every_shipped_recipe_round_trips_through_the_form(recipe):
     assert config_from_values(specs, values) == cfg
 
 
+def test_an_empty_optional_number_means_none_not_zero():
+    # gr.Number sends 0 for an empty box; 0 is invalid for e.g. a time budget, so such fields are text boxes
+    specs = form_fields()
+    index = [(s.section, s.name) for s in specs].index(("sft", "max_minutes"))
+    values = values_from_config(specs, RunConfig())
+    assert values[index] == ""
+    assert config_from_values(specs, values).sft.max_minutes is None
+    values[index] = " 2.5 "
+    assert config_from_values(specs, values).sft.max_minutes == 2.5
+
+
 def test_a_bad_form_value_names_the_field():
     specs = form_fields()
     values = values_from_config(specs, RunConfig())

@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+from grpo_playground.config import RunConfig, save_recipe
 from grpo_playground.jobs.runs import (
     ACTIVE_STATES,
     JOB_FILE,
@@ -72,11 +73,9 @@ def shell_command(command: list[str]) -> str:
     return " ".join(shlex.quote(part) for part in ["python", *command[1:]])
 
 
-def create_run(config, name: str | None = None) -> Path:
+def create_run(config: RunConfig, name: str | None = None) -> Path:
     """A new run folder holding recipe.yaml (the RunConfig the job will run) and a status 'created'."""
-    from grpo_playground.config import save_recipe  # the config module validates and writes the YAML
-
-    run_dir = runs_dir() / new_run_id(name or "run")
+    run_dir = runs_dir() / new_run_id(name or config.name)
     run_dir.mkdir()
     save_recipe(config, run_dir / RECIPE_FILE)
     write_status(run_dir, state="created", created=time.time(), step=0, reason="")
@@ -124,7 +123,7 @@ def _check_queue_room() -> None:
                            f"({', '.join(i.run_id for i in waiting[:3])}, ...) or wait")
 
 
-def start_run(config, stage: str = "all", token: str | None = None, name: str | None = None) -> RunInfo:
+def start_run(config: RunConfig, stage: str = "all", token: str | None = None, name: str | None = None) -> RunInfo:
     """Owner only: create a run from a RunConfig and queue it; returns at once (the job runs on its own)."""
     check_owner(token)
     train_command(Path("."), stage)  # validate the stage before creating anything

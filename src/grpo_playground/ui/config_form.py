@@ -92,6 +92,9 @@ def _component(field: FormField, value):
     common = dict(label=field.label, info=field.help or None)
     if field.kind == "bool":
         return gr.Checkbox(value=value, **common)
+    if field.kind in ("int", "float") and field.optional:
+        # gr.Number cannot be empty (it sends 0), and "none" differs from 0 here (e.g. no time budget)
+        return gr.Textbox(value=_optional_text(value), placeholder="empty = none", **common)
     if field.kind in ("int", "float"):
         return gr.Number(value=value, precision=0 if field.kind == "int" else None, **common)
     if field.kind == "choice":
@@ -136,6 +139,10 @@ def weights_table(weights: dict) -> list[list]:
     return [[name, float(weights.get(name, 0.0)), spec.description] for name, spec in REWARDS.items()]
 
 
+def _optional_text(value) -> str:
+    return "" if value is None else str(value)
+
+
 def _list_text(value) -> str:
     return ", ".join(str(v) for v in value) if value else ""
 
@@ -149,6 +156,8 @@ def values_from_config(specs: list[FormField], cfg: RunConfig) -> list:
             value = weights_table(value)
         elif spec.kind == "int_list":
             value = _list_text(value)
+        elif spec.kind in ("int", "float") and spec.optional:
+            value = _optional_text(value)
         values.append(value)
     return values
 
@@ -171,7 +180,9 @@ def config_from_values(specs: list[FormField], values: list) -> RunConfig:
         elif spec.kind == "int_list":
             parts = [p.strip() for p in str(value or "").split(",") if p.strip()]
             value = parts or None
-        elif spec.kind in ("int", "float") and value is None and not spec.optional:
+        elif spec.kind in ("int", "float") and spec.optional:
+            value = str("" if value is None else value).strip() or None  # the config coerces the text
+        elif spec.kind in ("int", "float") and value is None:
             value = _default(spec)
         spec.put(data, value)
     return config_from_dict(data)

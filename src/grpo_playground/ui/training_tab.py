@@ -221,10 +221,10 @@ def create_training_tab() -> dict:
                                          elem_id=f"training-plot-{len(plots)}"))
     gr.Markdown("### Latest sample group")
     sample_caption = gr.Markdown()
-    samples = gr.Dataframe(label="Completions with each reward's score, total and advantage", wrap=True,
+    samples = gr.Dataframe(run_views.sample_table(None), label="Completions with each reward's score, total and advantage", wrap=True,
                            interactive=False, max_height=400, elem_id="training-samples")
     to_sandbox = gr.Button("Open this group in the Reward sandbox", elem_id="training-to-sandbox")
-    findings = gr.Dataframe(label="Doctor: what the metrics say, and the knob to turn", wrap=True,
+    findings = gr.Dataframe(run_views.findings_table([]), label="Doctor: what the metrics say, and the knob to turn", wrap=True,
                             interactive=False, elem_id="training-findings")
     preflight_md = gr.Markdown(elem_id="training-preflight")
     with gr.Accordion("Pre-flight report in full: tag tokens, rendered prompt, sampled groups", open=False):
@@ -232,7 +232,7 @@ def create_training_tab() -> dict:
     with gr.Accordion("Log (tail)", open=False):
         log = gr.Code(label="log.txt", language=None, lines=20)
     with gr.Accordion("Run history and comparison", open=False):
-        history = gr.Dataframe(label="Runs", interactive=False, wrap=True)
+        history = gr.Dataframe(run_views.history_table([]), label="Runs", interactive=False, wrap=True)
         with gr.Row():
             compare_run = gr.Dropdown([], label="Compare with run")
             compare_key = gr.Dropdown(["reward", "reward_std", "loss", "kl", "completions/mean_length",
