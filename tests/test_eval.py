@@ -166,3 +166,17 @@ def test_panel_module_does_not_import_torch():
     code = ("import sys\nimport grpo_playground.ui.eval_panel\n"
             "bad = [m for m in ('torch', 'transformers', 'datasets', 'peft', 'trl') if m in sys.modules]\nassert not bad, bad\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+def test_eval_results_api_through_the_app(app_url):
+    from gradio_client import Client
+
+    from grpo_playground.eval import results as store
+
+    saved = {"model": "tiny", "data": "generator:test", "n": 2, "format_rate": 0.5, "accuracy": 0.5, "accuracy_se": 0.35,
+             "lenient_accuracy": 1.0, "mean_completion_tokens": 12.0, "recheck_rate": 0.0, "completions": [{"text": "x"}]}
+    (store.evals_dir() / "20260101-000000-tiny.json").write_text(json.dumps(saved))
+    (store.evals_dir() / "20260101-000001-broken.json").write_text("{half a file")
+    listed = Client(app_url, verbose=False).predict(api_name="/eval_results")
+    assert [r["file"] for r in listed] == ["20260101-000000-tiny.json"]  # the unreadable file is left out
+    assert listed[0]["accuracy"] == 0.5 and "completions" not in listed[0]

@@ -6,7 +6,7 @@ import os
 
 import gradio as gr
 
-from grpo_playground.ui import chat_tab, sandbox_tab, training_tab
+from grpo_playground.ui import chat_tab, eval_panel, sandbox_tab, training_tab
 
 TITLE = "GRPO Playground"
 
@@ -21,6 +21,8 @@ def build_demo() -> gr.Blocks:
                 sandbox = sandbox_tab.create_sandbox_tab()
             with gr.Tab("Chat", id="chat"):
                 chat_tab.create_chat_tab()
+            with gr.Tab("Evaluate", id="evaluate"):
+                eval_panel.create_eval_panel()
         training_tab.link_to_sandbox(training, sandbox)
     demo.queue(max_size=64, default_concurrency_limit=4)
     return demo
