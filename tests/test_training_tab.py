@@ -140,7 +140,6 @@ def test_owner_token_guards_start_stop_resume_but_not_watching(client, monkeypat
     assert isinstance(client.predict(api_name="/runs"), list)  # visitors can watch
 
 
-@needs_tiny
 def test_crash_marks_failed_and_the_app_keeps_serving(client):
     started = client.predict(tiny_recipe("model.name_or_path=/nonexistent/model"), "sft", "", api_name="/start")
     done = wait_status(client, started["run_id"], lambda s: s["state"] in TERMINAL, what="the crash")
