@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 import time
@@ -162,6 +163,16 @@ def test_queue_is_fifo_and_a_queued_job_can_be_cancelled(runs):
     assert not (third / "started").exists()
     stop_run(second.name)
     wait_for(lambda: state(second) == "stopped", what="second stopped")
+
+
+def test_stop_reaches_a_run_started_from_the_cli(runs):
+    run_dir = make_run(runs)
+    proc = subprocess.Popen(job(STOPS_CLEANLY) + [str(run_dir)])  # no launcher, no job.json
+    wait_for(lambda: (run_dir / "started").exists(), what="job start")
+    write_status(run_dir, state="running", pid=proc.pid)
+    assert stop_run(run_dir.name).state == "stopping"  # asked, not assumed: the job is still saving
+    assert proc.wait(timeout=20) == 0
+    assert state(run_dir) == "stopped"
 
 
 def test_dead_job_is_marked_failed(runs):

@@ -157,11 +157,22 @@ def stop_run(run_id: str, token: str | None = None) -> RunInfo:
     (info.path / STOP_FILE).write_text(f"{time.time()}\n")
     launcher_pid = info.job.get("launcher_pid")
     if is_alive(launcher_pid, info.job.get("start_ticks")):
-        os.kill(launcher_pid, signal.SIGTERM)
-        if info.state == "running":
-            write_status(info.path, state="stopping", reason="stop requested: saving at the next step")
+        target = launcher_pid
+    elif not info.job and is_alive(info.status.get("pid")):
+        target = info.status["pid"]  # a run started from the CLI: the job itself handles SIGTERM
     else:
-        for pid in group_members(int(info.job.get("pgid") or 0)) if info.job.get("pgid") else []:
-            os.kill(pid, signal.SIGKILL)
+        for pid in group_members(int(info.job["pgid"])) if info.job.get("pgid") else []:
+            _signal(pid, signal.SIGKILL)
         write_status(info.path, state="stopped", reason="stopped (launcher gone: processes killed)")
+        return load_run(info.path)
+    _signal(target, signal.SIGTERM)
+    if info.state == "running":
+        write_status(info.path, state="stopping", reason="stop requested: saving at the next step")
     return load_run(info.path)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass  # it ended on its own meanwhile
