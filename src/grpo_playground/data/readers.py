@@ -82,7 +82,7 @@ def _json_rows(path: Path) -> Iterator[dict | BadRow]:
 
 def _csv_rows(path: Path) -> Iterator[dict | BadRow]:
     csv.field_size_limit(min(sys.maxsize, MAX_FIELD_BYTES))
-    with path.open(newline="", encoding="utf-8") as f:
+    with path.open(newline="", encoding="utf-8-sig") as f:  # -sig: spreadsheet exports start with a BOM
         reader = csv.DictReader(f)
         while True:
             try:
