@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-TABS = ["Training", "Reward sandbox", "Chat"]
+TABS = ["Training", "Reward sandbox", "Chat", "Evaluate"]
 CONTROL_ROLES = {"button", "textbox", "searchbox", "combobox", "listbox", "checkbox", "radio", "slider",
                  "spinbutton", "switch", "tab", "menuitem", "option"}
 MIN_CONTRAST = 3.0  # WCAG AA for large text / UI parts; body text should do better, nothing may do worse
