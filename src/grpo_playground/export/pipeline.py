@@ -59,6 +59,19 @@ def _merged_model(adapter_dir: Path | None, model: str | None, target: Path):
     return loaded, tokenizer
 
 
+def _linked_copy(source: Path, target: Path) -> Path:
+    """The base model folder as symlinks (no weight copy) with its own tokenizer.json, fixed for conversion."""
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    for item in source.iterdir():
+        if item.name == "tokenizer.json":
+            shutil.copyfile(item, target / item.name)
+        else:
+            (target / item.name).symlink_to(item.resolve())
+    _fix_byte_level_decoder(target / "tokenizer.json")
+    return target
+
+
 def _fix_byte_level_decoder(tokenizer_json: Path) -> None:
     """A byte-level BPE needs a ByteLevel decoder. Tokenizers that transformers rebuilds from a GGUF (the
     dequantized smollm2) get a SentencePiece-style ByteFallback decoder instead; llama.cpp's converter then
@@ -134,9 +147,10 @@ def export_run(
     result["files"].update({f"gguf_{t}": str(p) for t, p in files.items()})
     if lora_gguf:
         say("writing the GGUF LoRA adapter and the base f16 GGUF it runs on")
-        base_dir = hf_dir(base_spec)
+        base_dir = _linked_copy(hf_dir(base_spec), out / "base")
         result["files"]["lora_gguf"] = str(write_lora_gguf(out / "lora", base_dir, out / f"{name}.lora.gguf", log))
         base_gguf = write_model_ggufs(base_dir, out, f"{name}.base", [], log)["f16"]
+        shutil.rmtree(base_dir)
         result["files"]["base_gguf_f16"] = str(base_gguf)
 
     main_gguf = files[types[0]]

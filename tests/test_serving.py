@@ -1,0 +1,131 @@
+"""Chat backends as real child processes: a llama.cpp server on the packaged SmolLM2 GGUF, streamed over
+OpenAI-compatible HTTP; crash, report, restart; the vLLM command line and its "cannot run here" message."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from grpo_playground.models import MODELS, gguf_path
+from grpo_playground.serving import (
+    LLAMA_CPP,
+    VLLM,
+    BackendUnavailable,
+    ChatTarget,
+    ServerFailed,
+    ServerPool,
+    discover_targets,
+    llamacpp_command,
+    llamacpp_server,
+    stream_chat,
+    vllm_command,
+    vllm_server,
+    vllm_unavailable_reason,
+)
+from grpo_playground.serving.backends import nvidia_gpu_present
+
+QUESTION = [{"role": "user", "content": "What is 2 + 3?"}]
+
+
+@pytest.fixture(scope="module")
+def smollm2_gguf():
+    return str(gguf_path(MODELS["smollm2-135m"]))
+
+
+def test_llamacpp_server_streams_then_stops(smollm2_gguf):
+    server = llamacpp_server(smollm2_gguf).start()
+    try:
+        assert server.state() == "running" and server.healthy()
+        pieces = list(stream_chat(server.base_url, "x", QUESTION, temperature=0.0, max_tokens=12))
+        assert len(pieces) > 1, "the reply should arrive in several streamed pieces"
+        assert "".join(pieces).strip()
+    finally:
+        server.stop()
+    assert server.state() == "stopped" and not server.healthy()
+
+
+def test_a_crashed_server_is_reported_and_restarted(smollm2_gguf):
+    pool = ServerPool(max_servers=1)
+    target = ChatTarget(LLAMA_CPP, smollm2_gguf, None, "smollm2")
+    try:
+        server, name, crash = pool.server_for(target)
+        assert crash is None
+        os.killpg(server.process.pid, signal.SIGKILL)
+        server.process.wait(10)
+        assert server.state() == "crashed (exit -9)"
+        again, name, crash = pool.server_for(target)
+        assert crash is not None and "crashed (exit -9)" in crash and "log tail" in crash
+        assert again.state() == "running"
+        assert "".join(stream_chat(again.base_url, name, QUESTION, temperature=0.0, max_tokens=4))
+    finally:
+        pool.stop_all()
+
+
+def test_a_broken_gguf_fails_with_the_server_log(tmp_path):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\0" * 64)
+    with pytest.raises(ServerFailed, match="crashed|did not answer") as caught:
+        llamacpp_server(broken).start()
+    assert "log tail" in str(caught.value)
+
+
+def test_llamacpp_command_line(tmp_path):
+    command = llamacpp_command(tmp_path / "m.q4_k_m.gguf", 8123, lora=tmp_path / "a.lora.gguf", gpu_layers=0)
+    assert command[1:3] == ["-m", "llama_cpp.server"]
+    text = " ".join(command)
+    assert f"--model {tmp_path / 'm.q4_k_m.gguf'}" in text and "--port 8123" in text and "--host 127.0.0.1" in text
+    assert f"--lora_path {tmp_path / 'a.lora.gguf'}" in text and "--n_gpu_layers 0" in text
+
+
+def lora_dir(path, rank):
+    path.mkdir(parents=True)
+    (path / "adapter_config.json").write_text(json.dumps({"r": rank, "base_model_name_or_path": "Qwen/Qwen3-0.6B"}))
+    return path
+
+
+def test_vllm_command_serves_loras_unmerged(tmp_path):
+    sft, grpo = lora_dir(tmp_path / "sft", 32), lora_dir(tmp_path / "grpo", 32)
+    command = vllm_command("Qwen/Qwen3-0.6B", {"sft": sft, "grpo": grpo}, 8200)
+    assert command[1:3] == ["serve", "Qwen/Qwen3-0.6B"]
+    assert "--enable-lora" in command
+    assert command[command.index("--max-lora-rank") + 1] == "64"
+    assert command[command.index("--lora-modules") + 1:][:2] == [f"sft={sft}", f"grpo={grpo}"]
+    assert command[command.index("--port") + 1] == "8200"
+    # an adapter of rank 100 needs vLLM's next allowed maximum
+    big = vllm_command("Qwen/Qwen3-0.6B", {"big": lora_dir(tmp_path / "big", 100)}, 8200)
+    assert big[big.index("--max-lora-rank") + 1] == "128"
+    with pytest.raises(ValueError, match="LoRA name"):
+        vllm_command("Qwen/Qwen3-0.6B", {"bad name!": sft}, 8200)
+
+
+@pytest.mark.skipif(nvidia_gpu_present(), reason="this machine has a GPU")
+def test_vllm_says_plainly_why_it_cannot_run_here(tmp_path):
+    reason = vllm_unavailable_reason()
+    assert "no NVIDIA GPU" in reason and "llama.cpp" in reason and "pipelines.export" in reason
+    with pytest.raises(BackendUnavailable, match="vLLM backend cannot run here"):
+        vllm_server("Qwen/Qwen3-0.6B", {"sft": lora_dir(tmp_path / "sft", 8)})
+
+
+def test_discovery_finds_exports_and_run_adapters(tmp_path, monkeypatch):
+    runs, exports = tmp_path / "runs", tmp_path / "exports"
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(runs))
+    monkeypatch.setenv("GRPO_PLAYGROUND_EXPORTS_DIR", str(exports))
+    export = runs / "r1" / "export" / "grpo"
+    export.mkdir(parents=True)
+    for name in ("r1-grpo.q4_k_m.gguf", "r1-grpo.lora.gguf", "r1-grpo.base.f16.gguf"):
+        (export / name).write_bytes(b"GGUF")
+    lora_dir(runs / "r1" / "grpo", 8)
+    (exports / "tiny").mkdir(parents=True)
+    (exports / "tiny" / "tiny.q8_0.gguf").write_bytes(b"GGUF")
+    targets = discover_targets()
+    by_label = {t.label: t for t in targets}
+    assert len(by_label) == len(targets)
+    assert "llama.cpp · smollm2-135m" in by_label
+    assert by_label["llama.cpp · exports/tiny/tiny.q8_0.gguf"].lora is None
+    paired = by_label["llama.cpp · runs/r1/export/grpo/r1-grpo.lora.gguf (base f16 + GGUF LoRA)"]
+    assert paired.model.endswith("r1-grpo.base.f16.gguf") and paired.lora.endswith("r1-grpo.lora.gguf")
+    adapter = next(t for t in targets if t.backend == VLLM and t.lora)
+    assert adapter.model == "Qwen/Qwen3-0.6B" and adapter.lora == str(runs / "r1" / "grpo")
