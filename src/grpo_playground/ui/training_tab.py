@@ -294,6 +294,9 @@ def create_training_tab() -> dict:
             raise gr.Error("pick a run to resume")
         return f"Resuming {run_id}: {api_resume(run_id, token_value)['state']}"
 
+    def pick_from_history(table, evt: gr.SelectData):
+        return table.iloc[evt.index[0]]["run"]
+
     def compare_choices(run_id):
         return gr.Dropdown(choices=[i.run_id for i in jobs.list_runs() if i.run_id != run_id])
 
@@ -317,11 +320,13 @@ def create_training_tab() -> dict:
     stop_btn.click(stop_selected, [run_pick, token], run_msg, **ui)
     resume_btn.click(resume_selected, [run_pick, token], run_msg, **ui)
     run_pick.change(compare_choices, run_pick, compare_run, **ui)
+    history.select(pick_from_history, history, run_pick, **ui)
     gr.on([compare_run.change, compare_key.change], redraw_compare, [run_pick, compare_run, compare_key],
           compare_plot, **ui)
-    timer.tick(poll, [run_pick, view, compare_run, compare_key],
-               [run_pick, progress, queue_md, *plots, sample_caption, samples, findings, preflight_md, preflight, log,
-                history, compare_plot, view], show_progress="hidden", **ui)
+    # a user picking a run sees it at once; otherwise the timer refreshes every POLL_S
+    gr.on([timer.tick, run_pick.input], poll, [run_pick, view, compare_run, compare_key],
+          [run_pick, progress, queue_md, *plots, sample_caption, samples, findings, preflight_md, preflight, log,
+           history, compare_plot, view], show_progress="hidden", **ui)
 
     return {"form": form, "specs": specs, "stage": stage, "token": token, "start": start_btn, "run": run_pick,
             "stop": stop_btn, "resume": resume_btn, "plots": plots, "samples": samples, "view": view,
