@@ -68,3 +68,16 @@ def test_tab_reattaches_draws_and_opens_the_group_in_the_sandbox(page, screensho
     completions.wait_for()  # the sandbox tab is now the selected one
     assert completions.input_value() == "\n---\n".join(COMPLETIONS)
     assert page.get_by_role("tab", name="Reward sandbox").get_attribute("aria-selected") == "true"
+
+
+def test_form_loads_a_shipped_recipe_and_names_a_bad_value(page):
+    page.locator("#training-recipe input").click()
+    page.get_by_role("option", name="smollm2").click()
+    page.get_by_role("button", name="Load recipe").click()
+    expect(page.locator("#cfg-run-name textarea, #cfg-run-name input").first).to_have_value("smollm2")
+    expect(page.locator("#training-form-msg")).to_contain_text("Loaded recipes/smollm2.yaml")
+    learning_rate = page.locator("#cfg-grpo-learning_rate input")
+    learning_rate.fill("5")
+    learning_rate.press("Enter")
+    learning_rate.blur()
+    expect(page.locator("#training-form-msg")).to_contain_text("grpo.learning_rate=5.0")

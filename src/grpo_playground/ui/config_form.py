@@ -36,6 +36,10 @@ class FormField:
     def label(self) -> str:
         return self.tag or self.name
 
+    @property
+    def elem_id(self) -> str:
+        return f"cfg-{self.section or 'run'}-{self.label}"
+
     def get(self, data: dict):
         value = data[self.section][self.name] if self.section else data[self.name]
         return value[self.tag] if self.tag else value
@@ -89,7 +93,7 @@ def form_fields() -> list[FormField]:
 
 
 def _component(field: FormField, value):
-    common = dict(label=field.label, info=field.help or None)
+    common = dict(label=field.label, info=field.help or None, elem_id=field.elem_id)
     if field.kind == "bool":
         return gr.Checkbox(value=value, **common)
     if field.kind in ("int", "float") and field.optional:
@@ -106,7 +110,7 @@ def _component(field: FormField, value):
         gr.Markdown(f"**{field.name}**: {field.help} A weight of 0 turns a reward off.")
         return gr.Dataframe(value=weights_table(value), headers=WEIGHT_COLUMNS, datatype=["str", "number", "str"],
                             column_count=3, row_count=len(REWARDS), interactive=True,
-                            static_columns=[0, 2], wrap=True, label=field.name)
+                            static_columns=[0, 2], wrap=True, label=field.name, elem_id=field.elem_id)
     if field.kind == "int_list":
         return gr.Textbox(value=_list_text(value), placeholder="e.g. 1, 2, 3 (empty = all)", **common)
     return gr.Textbox(value=value, **common)

@@ -188,7 +188,7 @@ def create_training_tab() -> dict:
                 "correctness. Jobs keep running when you close the browser; come back any time.")
     with gr.Row():
         recipe_pick = gr.Dropdown(shipped_recipes(), value=DEFAULT_RECIPE if DEFAULT_RECIPE in shipped_recipes()
-                                  else None, label="Shipped recipe", scale=2)
+                                  else None, label="Shipped recipe", scale=2, elem_id="training-recipe")
         load_btn = gr.Button("Load recipe", scale=1)
         upload = gr.File(label="Upload a recipe (.yaml)", file_types=[".yaml", ".yml"], type="filepath", scale=2)
         save_btn = gr.Button("Save recipe", scale=1)
@@ -200,7 +200,7 @@ def create_training_tab() -> dict:
         token = gr.Textbox(label="Owner token", type="password", visible=jobs.owner_token_required(),
                            info="needed to start, stop and resume on a shared app; visitors can watch")
         start_btn = gr.Button("Start", variant="primary")
-    form_msg = gr.Markdown()
+    form_msg = gr.Markdown(elem_id="training-form-msg")
     cli = gr.Code(cli_for_recipe(f"{cfg.name}.yaml", "all"), label="Equivalent CLI (save the recipe first)",
                   language="shell")
 
