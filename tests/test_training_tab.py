@@ -152,7 +152,8 @@ def test_crash_marks_failed_and_the_app_keeps_serving(client):
 @pytest.mark.slow
 @needs_tiny
 def test_start_grow_stop_resume_queue_restart(client, app_url):
-    recipe = tiny_recipe("sft.max_steps=400", "sft.logging_steps=2", "sft.save_steps=1000",
+    # far more steps than the test waits for: the job must still be running when the second app looks
+    recipe = tiny_recipe("sft.max_steps=100000", "sft.logging_steps=2", "sft.save_steps=100000",
                          "sft.per_device_batch_size=8")
     first = client.predict(recipe, "sft", "", api_name="/start")
     run_id = first["run_id"]
