@@ -57,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.out}", file=sys.stderr)
     sample = result["completions"][0]
     print(f"sample: {sample['problem'][:120]!r}\n  -> {sample['text'][:300]!r} (gold {sample['answer']})", file=sys.stderr)
+    print(f"n={result['n']}  " + "  ".join(
+        f"{k} {result[k]:.3f}±{result[k + '_se']:.3f}" for k in ("format_rate", "accuracy", "lenient_accuracy", "recheck_rate")
+    ) + f"  tokens {result['mean_completion_tokens']:.1f}", file=sys.stderr)
+    for level, row in result.get("per_level", {}).items():
+        print(f"  level {level}: n={row['n']} accuracy {row['accuracy']:.3f}±{row['accuracy_se']:.3f} format {row['format_rate']:.3f}", file=sys.stderr)
     print(json.dumps(summary_line(result)), flush=True)
     return 0
 
