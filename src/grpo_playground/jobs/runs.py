@@ -157,7 +157,8 @@ def list_runs() -> list[RunInfo]:
     return sorted(infos, key=lambda i: i.run_id, reverse=True)  # ids start with their creation time
 
 
-def queue_order() -> list[RunInfo]:
-    """Runs waiting for the training slot, first in line first (survives app restarts: it is on disk)."""
-    waiting = [i for i in list_runs() if i.state == "queued" and i.processes_alive()]
+def queue_order(infos: list[RunInfo] | None = None) -> list[RunInfo]:
+    """Runs waiting for the training slot, first in line first (survives app restarts: it is on disk).
+    `infos`: a fresh list_runs() the caller already has."""
+    waiting = [i for i in (list_runs() if infos is None else infos) if i.state == "queued" and i.processes_alive()]
     return sorted(waiting, key=lambda i: (i.job.get("queued_at", 0), i.run_id))

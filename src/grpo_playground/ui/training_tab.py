@@ -128,7 +128,7 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
     view["history"] = history_sig
     run_pick = gr.Dropdown(choices=ids, value=run_id) if history_changed else skip
     history = run_views.history_table(infos) if history_changed else skip
-    queue = [i.run_id for i in jobs.queue_order()]
+    queue = [i.run_id for i in jobs.queue_order(infos)]
     queue_md = ("Queue (one training job at a time): " + ", ".join(queue)) if queue else "Queue: empty"
     if run_id is None:
         return (run_pick, "No runs yet: pick a recipe and press Start.", queue_md,
