@@ -123,6 +123,26 @@ def test_charts_and_progress_from_a_metrics_stream():
     assert p["fraction"] == 0.5 and p["eta_s"] == pytest.approx(100.0)  # 10 s per step, 10 steps to go
 
 
+def test_a_tick_sends_only_what_changed(tmp_path, monkeypatch):
+    """The 2 s poll re-draws the charts only when the job appended metrics; a partly written line waits."""
+    from grpo_playground.ui.training_tab import poll
+
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
+    run = tmp_path / "20990101-000000-t-0001"
+    run.mkdir()
+    (run / "status.json").write_text(json.dumps({"state": "finished", "stage": "grpo", "step": 2, "max_steps": 4}))
+    (run / "metrics.jsonl").write_text(json.dumps({"stage": "grpo", "step": 1, "reward": -2.0}) + "\n")
+    first = poll(None, None, None, "reward")
+    view, charts = first[-1], first[3: 3 + len(run_views.CHARTS)]
+    assert view["run_id"] == run.name and charts[0]["value"].tolist() == [-2.0]
+    again = poll(run.name, view, None, "reward")
+    assert all(isinstance(c, dict) and c.get("__type__") == "update" for c in again[3: 3 + len(run_views.CHARTS)])
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"stage": "grpo", "step": 2, "reward": -1.0}) + "\n" + '{"stage": "grpo", "st')
+    grown = poll(run.name, view, None, "reward")
+    assert grown[3]["value"].tolist() == [-2.0, -1.0]
+
+
 # --- jobs through the app's API ----------------------------------------------------------------------------
 
 def test_bad_recipe_is_refused_with_the_field_named(client):
