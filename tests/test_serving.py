@@ -129,3 +129,27 @@ def test_discovery_finds_exports_and_run_adapters(tmp_path, monkeypatch):
     assert paired.model.endswith("r1-grpo.base.f16.gguf") and paired.lora.endswith("r1-grpo.lora.gguf")
     adapter = next(t for t in targets if t.backend == VLLM and t.lora)
     assert adapter.model == "Qwen/Qwen3-0.6B" and adapter.lora == str(runs / "r1" / "grpo")
+
+
+@pytest.mark.slow
+def test_llamacpp_eval_backend_gives_the_same_completions_as_transformers(tmp_path):
+    from test_export import overfit_model
+
+    from grpo_playground.eval import evaluate
+    from grpo_playground.export import export_run
+
+    model_dir = overfit_model("qwen3", tmp_path / "model")
+    export = export_run(model=str(model_dir), gguf=["f16"], out_dir=tmp_path / "export", verify=False, say=lambda _: None)
+    kwargs = {"data": "generator:test", "n": 3, "max_new_tokens": 16, "log": lambda _: None}
+    gguf = evaluate(export["files"]["gguf_f16"], backend="llama.cpp", **kwargs)
+    hf = evaluate(export["files"]["merged"], backend="transformers", **kwargs)
+    assert gguf["settings"]["backend"] == "llama.cpp" and gguf["n"] == 3
+    assert [c["text"] for c in gguf["completions"]] == [c["text"] for c in hf["completions"]]
+    assert all(c["text"] for c in gguf["completions"])
+
+
+def test_eval_backend_refuses_a_non_gguf_model_clearly(tmp_path):
+    from grpo_playground.serving.eval_backends import LlamaCppBackend
+
+    with pytest.raises(ValueError, match="needs a .gguf file"):
+        LlamaCppBackend(str(tmp_path))

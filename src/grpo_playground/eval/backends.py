@@ -73,7 +73,10 @@ class TransformersBackend:
         return generations
 
 
-BACKENDS = {"transformers": TransformersBackend}
+# llama.cpp (GGUF) and vLLM (base + LoRA, GPU) live with the chat servers; importing them is torch-free.
+from grpo_playground.serving.eval_backends import LlamaCppBackend, VllmBackend  # noqa: E402
+
+BACKENDS = {"transformers": TransformersBackend, "llama.cpp": LlamaCppBackend, "vllm": VllmBackend}
 
 
 def make_backend(name: str, model: str, device: str | None = None, dtype: str | None = None) -> Backend:
