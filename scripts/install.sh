@@ -21,6 +21,20 @@ if [ -n "${LLAMA_CPP_WHEEL_DIR:-}" ]; then export PIP_FIND_LINKS=$LLAMA_CPP_WHEE
 if [ $want_gpu = 1 ]; then "$PY" -m pip install -q -r requirements-gpu.txt; else "$PY" -m pip install -q -r requirements.txt; fi
 "$PY" -m pip install -q --no-deps -e .
 
+# llama.cpp's HF->GGUF converters exist only in the llama-cpp-python sdist (vendor/llama.cpp): keep them in the
+# venv, where grpo_playground.export.converters looks, so an export never downloads anything at run time.
+LLAMA_CPP_VERSION=$("$PY" -c "import importlib.metadata as m; print(m.version('llama-cpp-python'))")
+CONVERTERS="$VENV/share/grpo-playground/llama.cpp-$LLAMA_CPP_VERSION"
+if [ ! -f "$CONVERTERS/convert_hf_to_gguf.py" ]; then
+  sdist_dir=$(mktemp -d)
+  "$PY" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$LLAMA_CPP_VERSION" -d "$sdist_dir"
+  mkdir -p "$CONVERTERS"
+  inner="llama_cpp_python-$LLAMA_CPP_VERSION/vendor/llama.cpp"
+  tar xzf "$sdist_dir/llama_cpp_python-$LLAMA_CPP_VERSION.tar.gz" -C "$CONVERTERS" --strip-components=3 \
+    "$inner/convert_hf_to_gguf.py" "$inner/convert_lora_to_gguf.py" "$inner/conversion" "$inner/gguf-py"
+  rm -rf "$sdist_dir"
+fi
+
 if [ $want_test = 1 ]; then
   "$PY" -m pip install -q -r requirements-test.txt
   if ! command -v chromium >/dev/null; then

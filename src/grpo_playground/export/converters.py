@@ -2,33 +2,42 @@
 
 PyPI's llama-cpp-python wheel ships no convert scripts, but its sdist holds them (vendor/llama.cpp).
 scripts/install.sh extracts `convert_hf_to_gguf.py`, `convert_lora_to_gguf.py`, `conversion/` and `gguf-py/`
-into CONVERTERS_SUBDIR inside the venv, so an export never downloads anything. The scripts run in a child
+into share/grpo-playground/llama.cpp-VERSION inside the venv, so an export never downloads anything. The scripts run in a child
 process (see convert_runner.py) because they put their own, newer `gguf-py` on sys.path, which must not
 shadow the installed `gguf` package that transformers uses to read GGUF files.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-LLAMA_CPP_VERSION = "0.3.36"
+PINNED_VERSION = "0.3.36"  # requirements.txt
 CONVERTERS_ENV = "GRPO_PLAYGROUND_LLAMA_CPP_CONVERTERS"
-CONVERTERS_SUBDIR = Path("share") / "grpo-playground" / f"llama.cpp-{LLAMA_CPP_VERSION}"
+
+
+def llama_cpp_version() -> str:
+    """The installed llama-cpp-python version: its converters must match its llama.cpp (same GGUF format)."""
+    try:
+        return importlib.metadata.version("llama-cpp-python")
+    except importlib.metadata.PackageNotFoundError:
+        return PINNED_VERSION
 REQUIRED = ("convert_hf_to_gguf.py", "convert_lora_to_gguf.py", "conversion", "gguf-py")
 CONVERT_TIMEOUT_S = 1800
 
 
 def converters_dir() -> Path:
     """The folder holding llama.cpp's convert scripts (env GRPO_PLAYGROUND_LLAMA_CPP_CONVERTERS, else the venv's)."""
-    folder = Path(os.environ.get(CONVERTERS_ENV) or Path(sys.prefix) / CONVERTERS_SUBDIR)
+    default = Path(sys.prefix) / "share" / "grpo-playground" / f"llama.cpp-{llama_cpp_version()}"
+    folder = Path(os.environ.get(CONVERTERS_ENV) or default)
     missing = [name for name in REQUIRED if not (folder / name).exists()]
     if missing:
         raise FileNotFoundError(
             f"llama.cpp converters not found in {folder} (missing {', '.join(missing)}): run `bash scripts/install.sh`, "
-            f"which extracts them from the llama-cpp-python=={LLAMA_CPP_VERSION} sdist, or set {CONVERTERS_ENV} "
+            f"which extracts them from the llama-cpp-python=={llama_cpp_version()} sdist, or set {CONVERTERS_ENV} "
             "to a llama.cpp checkout"
         )
     return folder
