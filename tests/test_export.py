@@ -205,3 +205,35 @@ def test_export_command_is_what_the_training_tab_runs(tmp_path):
     command = export_command(tmp_path, stage="grpo", gguf=["q4_k_m", "q8_0"], lora_gguf=True)
     assert command[1:] == ["-m", "pipelines.export", "--run", str(tmp_path), "--stage", "grpo",
                            "--gguf", "q4_k_m", "q8_0", "--lora-gguf"]
+
+
+def test_qwen3_chat_template_becomes_an_ollama_template(tmp_path):
+    from transformers import AutoTokenizer
+
+    from grpo_playground.export.modelfile import template_pieces, write_modelfile
+
+    tokenizer = AutoTokenizer.from_pretrained(qwen_tokenizer_dir())
+    pieces = template_pieces(tokenizer)
+    conversation = [{"role": "system", "content": "S"}, {"role": "user", "content": "Q1"},
+                    {"role": "assistant", "content": "A1"}, {"role": "user", "content": "Q2"}]
+    assert pieces.render(conversation) == tokenizer.apply_chat_template(conversation, tokenize=False,
+                                                                        add_generation_prompt=True)
+    written = write_modelfile(tmp_path, tmp_path / "m.q4_k_m.gguf", tokenizer)
+    text = (tmp_path / "Modelfile").read_text()
+    assert written["template"] and '{{ "<|im_start|>assistant\\n" }}' in text
+    assert written["stop"][0] == tokenizer.eos_token and "<|im_start|>user" in written["stop"]
+
+
+def test_a_template_that_cannot_be_split_is_left_to_the_gguf(tmp_path):
+    from transformers import AutoTokenizer
+
+    from grpo_playground.export.modelfile import write_modelfile
+
+    tokenizer = AutoTokenizer.from_pretrained(qwen_tokenizer_dir())
+    # Llama-2 style: the system prompt is folded into the first user turn
+    tokenizer.chat_template = ("{% for m in messages %}{% if m['role'] == 'system' %}[SYS]{{ m['content'] }}"
+                               "{% elif m['role'] == 'user' %}[INST]{{ m['content'] }}[/INST]{% else %}"
+                               "{{ m['content'] }}</s>{% endif %}{% endfor %}")
+    written = write_modelfile(tmp_path, tmp_path / "m.gguf", tokenizer)
+    assert not written["template"] and "Ollama uses the chat template stored in the GGUF" in written["note"]
+    assert "TEMPLATE" not in (tmp_path / "Modelfile").read_text()

@@ -51,29 +51,33 @@ def _render(tokenizer, messages: list[dict], add_generation_prompt: bool) -> str
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
 
 
-def _split(text: str, marker: str) -> tuple[str, str]:
-    before, found, after = text.partition(marker)
-    if not found:
-        raise ValueError("the chat template drops message content")
-    return before, after
-
-
 def template_pieces(tokenizer) -> TemplatePieces:
-    """Cut the tokenizer's chat template into per-role prefix/suffix strings; ValueError when it cannot."""
+    """Cut the tokenizer's chat template into per-role prefix/suffix strings; ValueError when it cannot.
+
+    A conversation system, user, assistant, user is rendered with marker contents; the text between markers
+    holds "end of one turn + start of the next". Templates whose turns all end with the same marker (ChatML:
+    SmolLM2, Qwen2/3, our tiny) split cleanly; others (system prompt folded into the first user turn...) do not.
+    """
     msg = lambda role, key=None: {"role": role, "content": _MARK[key or role]}  # noqa: E731
-    su = _render(tokenizer, [msg("system"), msg("user")], False)
-    sug = _render(tokenizer, [msg("system"), msg("user")], True)
-    sua = _render(tokenizer, [msg("system"), msg("user"), msg("assistant")], False)
-    suau = _render(tokenizer, [msg("system"), msg("user"), msg("assistant"), msg("user", "user2")], False)
-    if not (sug.startswith(su) and sua.startswith(su) and suau.startswith(sua)):
-        raise ValueError("the chat template rewrites earlier turns when a turn is added")
-    user = _split(suau[len(sua):], _MARK["user2"])
-    assistant = _split(sua[len(su):], _MARK["assistant"])
-    system_and_user = su[: len(su) - len(user[0] + _MARK["user"] + user[1])]
-    if not su.endswith(user[0] + _MARK["user"] + user[1]):
-        raise ValueError("the first user turn is rendered differently from later ones")
-    pieces = TemplatePieces(_split(system_and_user, _MARK["system"]), user, assistant, sug[len(su):])
     probe = [msg("system"), msg("user"), msg("assistant"), msg("user", "user2")]
+    text = _render(tokenizer, probe, False)
+    gaps = []
+    for key in ("system", "user", "assistant", "user2"):
+        before, found, text = text.partition(_MARK[key])
+        if not found or _MARK[key] in text:
+            raise ValueError("the chat template drops or repeats message content")
+        gaps.append(before)
+    start, system_to_user, user_to_assistant, assistant_to_user, end = gaps + [text]
+    if not end or not all(gap.startswith(end) for gap in (system_to_user, user_to_assistant, assistant_to_user)):
+        raise ValueError("the turns do not all end with the same marker")
+    if system_to_user != assistant_to_user:
+        raise ValueError("the first user turn is opened differently from later ones")
+    short = [msg("system"), msg("user")]
+    without, with_prompt = _render(tokenizer, short, False), _render(tokenizer, short, True)
+    if not with_prompt.startswith(without):
+        raise ValueError("the generation prompt rewrites the conversation")
+    pieces = TemplatePieces((start, end), (system_to_user[len(end):], end), (user_to_assistant[len(end):], end),
+                            with_prompt[len(without):])
     if pieces.render(probe) != _render(tokenizer, probe, True):
         raise ValueError("the derived pieces do not reproduce a whole conversation")
     return pieces
