@@ -46,6 +46,18 @@ def main(argv: list[str] | None = None) -> int:
     from grpo_playground.training.job import run_job
 
     run_dir = args.run_dir or runs_dir() / new_run_id(cfg.name)
+    if cfg.hardware.num_gpus > 1:  # one process per GPU under `accelerate launch`, all in this run folder
+        from grpo_playground.training.multigpu import exec_command, relaunch_command, visible_cuda_gpus
+
+        argv = list(sys.argv[1:] if argv is None else argv)
+        try:
+            command = relaunch_command(cfg.hardware.num_gpus, "pipelines.train",
+                                       argv + ([] if args.run_dir else ["--run-dir", str(run_dir)]), visible_cuda_gpus())
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if command:
+            exec_command(command)
     state = run_job(cfg, run_dir, args.stage, args.resume)
     print(Path(run_dir).resolve(), flush=True)
     return 1 if state == "failed" else 0

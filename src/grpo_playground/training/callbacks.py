@@ -14,6 +14,7 @@ import time
 from transformers import TrainerCallback
 
 from grpo_playground.training.doctor import Finding, diagnose
+from grpo_playground.training.multigpu import any_process
 from grpo_playground.training.run_folder import DOCTOR_FILE, METRICS_FILE, SAMPLES_FILE, RunFolder
 
 # Keys of a log line worth a glance in log.txt (everything goes to metrics.jsonl anyway).
@@ -97,6 +98,8 @@ class RunCallback(TrainerCallback):
             self.stopped_by = "stop"
         elif self.max_minutes and time.time() - self.started >= self.max_minutes * 60:
             self.stopped_by = "time"
+        if args.world_size > 1 and any_process(bool(self.stopped_by)) and not self.stopped_by:
+            self.stopped_by = "stop"  # another GPU's process saw the request: stop at the same step, together
         if self.stopped_by:
             # Trainer saves a checkpoint right after this callback when should_save is set, then leaves its loop.
             control.should_save = True

