@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -17,13 +18,13 @@ from pathlib import Path
 import pytest
 from gradio_client import Client
 
-from conftest import ROOT, free_port
 from grpo_playground.config import SECTIONS, ConfigError, RunConfig, apply_overrides, dump_recipe, load_recipe
 from grpo_playground.jobs import group_members
 from grpo_playground.rewards import REWARDS
 from grpo_playground.ui import run_views
 from grpo_playground.ui.config_form import config_from_values, form_fields, values_from_config
 
+ROOT = Path(__file__).resolve().parents[1]
 TINY_READY = (ROOT / "assets" / "tiny" / "config.json").exists()
 needs_tiny = pytest.mark.skipif(not TINY_READY, reason="assets/tiny is missing: python -m pipelines.build_tiny")
 TERMINAL = ("stopped", "finished", "failed")
@@ -207,7 +208,9 @@ def test_start_grow_stop_resume_queue_restart(client, app_url):
                 what="steps after the resume")
 
     # restart the app: a second launch on another port re-attaches to the running job from disk
-    port = free_port()
+    with socket.socket() as s:  # (conftest.free_port: two conftest modules exist, so no `import conftest`)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1"}
     app2 = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)

@@ -125,8 +125,10 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
     skip = gr.skip()
     history_sig = [(i.run_id, i.state, i.status.get("step")) for i in infos]
     history_changed = history_sig != view["history"]
+    # the picker is re-sent only when runs come or go, so a tick never fights a user's pick
+    ids_changed = view["history"] is None or ids != [h[0] for h in view["history"]]
     view["history"] = history_sig
-    run_pick = gr.Dropdown(choices=ids, value=run_id) if history_changed else skip
+    run_pick = gr.Dropdown(choices=ids, value=run_id) if ids_changed else skip
     history = run_views.history_table(infos) if history_changed else skip
     queue = [i.run_id for i in jobs.queue_order(infos)]
     queue_md = ("Queue (one training job at a time): " + ", ".join(queue)) if queue else "Queue: empty"
