@@ -136,6 +136,7 @@ def chat(message: str, gold: str, model_1: str, model_2: str, model_3: str, temp
     settings = {"temperature": float(temperature), "top_p": float(top_p), "max_tokens": int(max_tokens)}
     gold = (gold or "").strip()
     replies: list[str | None] = [None] * SLOTS
+    finished: list[str | None] = [None] * SLOTS  # replies are scored once complete
     notes: list[str] = []
     out: queue.Queue = queue.Queue()
     running = 0
@@ -156,7 +157,7 @@ def chat(message: str, gold: str, model_1: str, model_2: str, model_3: str, temp
             if reply is not None:
                 state["display"][slot][-1]["content"] = for_display(reply)
         labels = [known[k].label if k else "" for k in keys]
-        return (*[list(d) for d in state["display"]], score_table(labels, replies, gold, rewards),
+        return (*[list(d) for d in state["display"]], score_table(labels, finished, gold, rewards),
                 "\n\n".join(notes), state)
 
     yield view()
@@ -170,6 +171,7 @@ def chat(message: str, gold: str, model_1: str, model_2: str, model_3: str, temp
             replies[slot] += text
         elif kind == "done":
             running -= 1
+            finished[slot] = replies[slot]
         else:
             notes.append(f"**{known[keys[slot]].label}**: {text}")
             if kind == "error" and not replies[slot]:

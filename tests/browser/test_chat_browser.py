@@ -1,0 +1,31 @@
+"""The Chat tab in a real browser: a question streamed to a real llama.cpp server (the packaged SmolLM2 GGUF),
+format tags shown literally, replies scored against the gold answer.
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/browser/test_chat_browser.py
+"""
+
+from __future__ import annotations
+
+from playwright.sync_api import expect
+
+from grpo_playground.serving import POOL
+
+REPLY_TIMEOUT_MS = 120_000  # the first question starts the llama.cpp server
+
+
+def test_question_streams_a_reply_with_tags_visible_and_scores(page, screenshot):
+    page.get_by_role("tab", name="Chat").click()
+    page.locator("#chat-question textarea").fill("Repeat exactly: <SOLUTION>5</SOLUTION>")
+    page.locator("#chat-gold textarea").fill("5")
+    page.locator("#chat-send").click()
+    bot = page.locator("#chat-bot-1")
+    try:
+        # Tags are shown as text, not swallowed as unknown HTML elements.
+        expect(bot).to_contain_text("<SOLUTION>5</SOLUTION>", timeout=REPLY_TIMEOUT_MS)
+        expect(page.locator("#chat-scores")).to_contain_text("check_answer", timeout=REPLY_TIMEOUT_MS)
+        expect(page.locator("#chat-scores")).to_contain_text("llama.cpp · smollm2-135m")
+        # scores appear when the reply is complete, so the reply is on the page by now
+        expect(bot.locator('[data-testid="bot"]').last).not_to_be_empty()
+        screenshot(page, "reply")
+    finally:
+        POOL.stop_all()
