@@ -65,6 +65,9 @@ class ModelConfig:
         "Share of GPU memory vLLM may reserve for generation (seed 0.7); lower it on out-of-memory."))
     fast_inference: bool = field(default=True, metadata=_help(
         "Generate GRPO rollouts with vLLM through Unsloth when vllm is installed (CUDA only)."))
+    gradient_checkpointing: bool = field(default=True, metadata=_help(
+        "Recompute activations in the backward pass to save memory (TRL's default). Off is faster when memory "
+        "is not the limit (small models, CPU)."))
 
     def validate(self, prefix: str = "model") -> None:
         if not self.name_or_path.strip():

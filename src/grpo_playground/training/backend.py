@@ -170,7 +170,8 @@ def _load_unsloth(cfg: RunConfig, stage: str, base, start_adapter: Path | None) 
         notes += [note] if note else []
     model = FastLanguageModel.get_peft_model(
         model, r=cfg.lora.r, target_modules=list(cfg.lora.target_modules), lora_alpha=cfg.lora.alpha,
-        lora_dropout=cfg.lora.dropout, bias="none", use_gradient_checkpointing="unsloth",
+        lora_dropout=cfg.lora.dropout, bias="none",
+        use_gradient_checkpointing="unsloth" if cfg.model.gradient_checkpointing else False,
         random_state=cfg.lora.seed, **extra,
     )
     if start_adapter is not None:

@@ -49,6 +49,7 @@ def _common_args(cfg: RunConfig, stage_cfg, folder: RunFolder, stage: str, polic
         logging_steps=stage_cfg.logging_steps, save_steps=stage_cfg.save_steps, save_total_limit=2,
         report_to="none", seed=cfg.lora.seed, bf16=bf16, use_cpu=policy.device == "cpu",
         dataloader_num_workers=0, disable_tqdm=True, logging_first_step=True,
+        gradient_checkpointing=cfg.model.gradient_checkpointing,
     )
 
 
