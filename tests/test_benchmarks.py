@@ -253,3 +253,15 @@ def test_instrumented_rollouts_generate_with_the_kv_cache_under_gradient_checkpo
     assert slow_ids != reference  # TRL's default: layers drop the cache, tokens lose their context
     assert metrics["rollout/tokens"] == [12.0] and metrics["rollout/seconds"][0] > 0
     assert model.is_gradient_checkpointing and model.training  # training keeps checkpointing
+
+
+def test_lanes_take_turns_when_there_are_fewer_gpus(monkeypatch, tmp_path):
+    ran = []
+    monkeypatch.setattr(gpu_grpo, "run_one", lambda spec, out, models, gpus, timeout: ran.append((spec.model, gpus))
+                        or {"state": "finished", "label": spec.label})
+    lanes = [[gpu_grpo.RunSpec("a", "trl", 8)], [gpu_grpo.RunSpec("b", "trl", 8)]]
+    gpu_grpo.run_lanes(lanes, tmp_path, None, ["3"], timeout_s=10)
+    assert ran == [("a", "3"), ("b", "3")]
+    ran.clear()
+    gpu_grpo.run_lanes(lanes, tmp_path, None, ["3"], timeout_s=10, deadline_s=30)  # under 45 s left: nothing starts
+    assert ran == []
