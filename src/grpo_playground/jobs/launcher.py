@@ -1,6 +1,6 @@
 """Supervises one training job: waits its turn, runs the command, cleans up, records how it ended.
 
-    python -m grpo_playground.jobs.launcher --run-dir runs/ID [--grace 120] -- python -m pipelines.train ...
+    python -m grpo_playground.jobs.launcher --run-dir runs/ID [--grace 300] -- python -m pipelines.train ...
 
 Started by `grpo_playground.jobs.start_run` in a new session, so its pid is the process-group id of the
 whole job, with stdout/stderr already appended to the run's log.txt. Pure Python, no torch.
@@ -139,7 +139,8 @@ def supervise(run_dir: Path, command: list[str], grace_s: float) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run one training job in its turn (used by the UI).")
     parser.add_argument("--run-dir", required=True, type=Path)
-    parser.add_argument("--grace", type=float, default=float(os.environ.get("GRPO_PLAYGROUND_STOP_GRACE_S", 120)))
+    # a GRPO step of an 8B model (8 x 1024 generated tokens) plus its checkpoint can take minutes
+    parser.add_argument("--grace", type=float, default=float(os.environ.get("GRPO_PLAYGROUND_STOP_GRACE_S", 300)))
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the training command")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
