@@ -8,6 +8,7 @@ export it through the CLI, as a user would; conversions are done once per sessio
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -43,6 +44,8 @@ def make_lora_run(base: str, run_dir: Path) -> Path:
         optimizer.zero_grad()
     model.save_pretrained(run_dir / "sft")
     tokenizer.save_pretrained(run_dir / "sft")
+    # the shipped recipe prefills the opening reasoning tag, as training renders prompts
+    shutil.copyfile(ROOT / "recipes" / ("smollm2.yaml" if base == "smollm2-135m" else "tiny-cpu.yaml"), run_dir / "recipe.yaml")
     return run_dir
 
 
@@ -93,6 +96,18 @@ def test_f16_gguf_and_base_plus_lora_adapter_decode_exactly_like_hf(exported_lor
 
 
 @pytest.mark.slow
+def test_the_recipes_prefill_is_baked_into_the_gguf_chat_template(exported_lora_run):
+    from gguf import GGUFReader
+
+    _, out, _ = exported_lora_run
+    report = json.loads((out / "export.json").read_text())
+    assert report["prefill_reasoning"] is True
+    field = GGUFReader(report["files"]["gguf_q4_k_m"]).fields["tokenizer.chat_template"]
+    template = bytes(field.parts[field.data[0]]).decode()
+    assert "<start_working_out>" in template and "add_generation_prompt" in template
+
+
+@pytest.mark.slow
 def test_the_lora_adapter_changes_what_the_base_gguf_says(exported_lora_run):
     # Without this, "base + adapter == merged" would also hold for an adapter that llama.cpp ignored.
     from grpo_playground.export.verify import check_answers
@@ -113,6 +128,8 @@ def test_modelfile_carries_template_stops_system_prompt_and_seed_sampling(export
     assert text.startswith(f"FROM ./{out.parent.parent.name}-sft.q4_k_m.gguf\n")
     assert "TEMPLATE" in text and '{{ .Content }}' in text
     assert f'SYSTEM """{system_prompt()}"""' in text
+    # the recipe's prefill is in the exported template: Ollama prompts like training did
+    assert '{{ "<|im_start|>assistant\\n<start_working_out>" }}' in text
     for line in ("PARAMETER temperature 0.8", "PARAMETER top_p 0.95", "PARAMETER num_predict 2048", 'PARAMETER stop "'):
         assert line in text
 

@@ -45,18 +45,31 @@ def pick_stage(run_dir: Path, stage: str | None) -> str:
     )
 
 
-def _merged_model(adapter_dir: Path | None, model: str | None, target: Path):
-    """Load base (+ adapter, merged into the weights) in float32, save it as a plain HF folder in target."""
+def _merged_model(adapter_dir: Path | None, model: str | None, target: Path, prefill: str | None = None):
+    """Load base (+ adapter, merged into the weights) in float32, save it as a plain HF folder in target;
+    with `prefill`, the saved chat template ends its generation prompt with that tag."""
     from grpo_playground.models import load_model_and_tokenizer
 
     loaded, tokenizer = load_model_and_tokenizer(str(adapter_dir or model), dtype="float32", device="cpu", trainable=False)
     if adapter_dir is not None:
         loaded = loaded.merge_and_unload()
     loaded.eval()
+    if prefill:
+        add_prefill(tokenizer, prefill)
     loaded.save_pretrained(target)
     tokenizer.save_pretrained(target)
     _fix_byte_level_decoder(target / "tokenizer.json")
     return loaded, tokenizer
+
+
+def add_prefill(tokenizer, tag: str) -> None:
+    """Training rendered prompts as template + opening tag (data.chat_template.render_prompt); bake the same
+    into the chat template, so every consumer of the GGUF (llama.cpp chat, Ollama) prompts identically."""
+    if not tokenizer.chat_template:
+        return
+    probe = tokenizer.apply_chat_template([{"role": "user", "content": "q"}], tokenize=False, add_generation_prompt=True)
+    if not probe.rstrip().endswith(tag):
+        tokenizer.chat_template += "{% if add_generation_prompt %}{{ " + json.dumps(tag) + " }}{% endif %}"
 
 
 def _linked_copy(source: Path, target: Path) -> Path:
@@ -98,15 +111,19 @@ def export_run(
     push_to_hub: str | None = None,
     verify: bool = True,
     verify_tokens: int = 24,
-    tags: Tags = DEFAULT_TAGS,
+    tags: Tags | None = None,
     say=print,
 ) -> dict:
     """Export a run's LoRA stage (or a plain model) and return the export.json content.
+
+    tags: None takes the run's recipe (its tags, and its prefill of the opening reasoning tag, which is then
+    written into the exported chat template so llama.cpp and Ollama prompt the model as training did).
 
     Files in out_dir (default RUN_DIR/export/<stage>/ or exports/<model>/): `lora/` (the adapter),
     `merged/` (HF folder), `<name>.<type>.gguf` for each type (f16 always), with lora_gguf also
     `<name>.lora.gguf` plus `<name>.base-f16.gguf` to run it on, `Modelfile`, `export.json`, `export.log`.
     """
+    from grpo_playground.eval.runner import run_recipe_settings
     from grpo_playground.models import hf_dir, resolve_model
 
     if (run_dir is None) == (model is None):
@@ -122,16 +139,20 @@ def export_run(
         adapter, name = run_dir / stage, _slug(f"{run_dir.name}-{stage}")
         out = Path(out_dir or run_dir / "export" / stage).resolve()
         base_spec = resolve_model(str(adapter)).base
+        recipe = run_recipe_settings(str(adapter))
     else:
         if lora_gguf:
             raise ValueError("--lora-gguf needs a run with a LoRA adapter (--run RUN_DIR), not a plain --model")
         base_spec = resolve_model(model)
         name = _slug(base_spec.name if "/" not in base_spec.name and os.sep not in base_spec.name else Path(base_spec.name).name)
         out = Path(out_dir or exports_dir() / name).resolve()
+        recipe = {}
+    tags = tags or recipe.get("tags", DEFAULT_TAGS)
+    prefill = recipe.get("prefill_reasoning", False)
     out.mkdir(parents=True, exist_ok=True)
     log = out / "export.log"
     result: dict = {"source": str(run_dir or model), "stage": stage, "base_model": base_spec.name, "dir": str(out),
-                    "files": {}, "checks": {}, "errors": []}
+                    "tags": tags.to_dict(), "prefill_reasoning": prefill, "files": {}, "checks": {}, "errors": []}
 
     if adapter is not None:
         say(f"copying the LoRA adapter {adapter} -> {out / 'lora'}")
@@ -139,7 +160,7 @@ def export_run(
         result["files"]["lora"] = str(out / "lora")
     say(f"{'merging the adapter into' if adapter else 'loading'} {base_spec.name} (float32)")
     merged_dir = out / "merged"
-    hf_model, tokenizer = _merged_model(adapter, model, merged_dir)
+    hf_model, tokenizer = _merged_model(adapter, model, merged_dir, tags.reasoning_start if prefill else None)
     result["files"]["merged"] = str(merged_dir)
 
     say(f"writing GGUF {', '.join(types)} (f16 is always written: the reference for the checks)")
