@@ -35,6 +35,8 @@ MAX_SYSTEM_CHARS = 4000
 MAX_HISTORY_MESSAGES = 20  # per checkpoint: older turns are dropped so a long chat cannot overflow the context
 MAX_TOKENS_LIMIT = 8192
 UPDATE_EVERY_S = 0.1  # stream to the browser in small batches, not one event per token
+MAX_REPLY_S = 600  # a reply stops streaming after this long, however many tokens were asked for
+NONE_CHOICE = ("(none)", "")
 TAGS = DEFAULT_TAGS
 
 
@@ -43,7 +45,7 @@ def new_state() -> dict:
 
 
 def target_choices() -> list[tuple[str, str]]:
-    return [(t.label, t.key) for t in discover_targets()]
+    return [NONE_CHOICE] + [(t.label, t.key) for t in discover_targets()]
 
 
 def for_display(reply: str) -> str:
@@ -111,8 +113,12 @@ def _stream_slot(slot: int, target, messages: list[dict], settings: dict, out: q
         server, model_name, crash = POOL.server_for(target)
         if crash:
             out.put((slot, "note", f"The {target.backend} server had crashed and was restarted.\n{crash}"))
+        deadline = time.monotonic() + MAX_REPLY_S
         for piece in stream_chat(server.base_url, model_name, messages, **settings):
             out.put((slot, "text", piece))
+            if time.monotonic() > deadline:
+                out.put((slot, "note", f"stopped after {MAX_REPLY_S} s"))
+                break
     except (BackendUnavailable, ServerFailed, FileNotFoundError, ValueError) as error:
         out.put((slot, "error", str(error)))
     except ChatError as error:
@@ -195,7 +201,7 @@ def restart_backends(model_1: str, model_2: str, model_3: str) -> str:
 
 def create_chat_tab() -> dict:
     choices = target_choices()
-    default = choices[0][1] if choices else None
+    default = choices[1][1] if len(choices) > 1 else ""
     gr.Markdown(
         "Ask the same question to up to three checkpoints (e.g. base, SFT, GRPO). GGUF files chat through "
         "llama.cpp (export a run with `python -m pipelines.export --run RUN_DIR --gguf q4_k_m`); LoRA runs "
@@ -205,7 +211,7 @@ def create_chat_tab() -> dict:
     with gr.Row():
         for slot in range(SLOTS):
             with gr.Column():
-                pickers.append(gr.Dropdown(choices, value=default if slot == 0 else None, label=f"Checkpoint {slot + 1}",
+                pickers.append(gr.Dropdown(choices, value=default if slot == 0 else "", label=f"Checkpoint {slot + 1}",
                                            allow_custom_value=True, elem_id=f"chat-model-{slot + 1}"))
                 chatbots.append(gr.Chatbot(label=f"Checkpoint {slot + 1}", height=420, elem_id=f"chat-bot-{slot + 1}",
                                            reasoning_tags=[(TAGS.reasoning_start, TAGS.reasoning_end)]))
