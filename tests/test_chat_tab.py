@@ -84,3 +84,16 @@ def test_score_table_extracts_the_solution_and_uses_the_reward_functions():
     assert rows[2].startswith("| sft | 19 |") and f"**{expected.total:g}**" in rows[2]
     assert "| base | (none) |" in rows[3]
     assert "Give the gold answer" in score_table(["sft"], [FORMATTED], "", ["check_answer"])
+
+
+def test_the_working_out_is_folded_and_the_solution_stays_visible():
+    import gradio as gr
+
+    from grpo_playground.ui.chat_tab import create_chat_tab
+
+    with gr.Blocks():
+        chatbot = create_chat_tab()["chatbots"][0]
+    # a reply from a template that prefilled <start_working_out>: the model's text starts inside the working-out
+    shown = chatbot.postprocess([{"role": "assistant", "content": for_display(FORMATTED)}]).root
+    assert shown[0].metadata["title"] == "Reasoning" and shown[0].content[0].text == "12 + 7 = 19"
+    assert shown[1].metadata is None and shown[1].content[0].text == "<SOLUTION>19</SOLUTION>"
