@@ -12,7 +12,7 @@ the same model, length and batch, measured in the same session, and with the mem
     python -m benchmarks.gpu_grpo table DIR [DIR...]                     # markdown table of every result JSON
 
 Modes: trl-slow (TRL's own rollouts: no KV cache under gradient checkpointing), trl (the product: TRL + PEFT bf16),
-unsloth (bf16), unsloth-4bit, trl-vllm (TRL colocated vLLM), unsloth-vllm (Unsloth fast_inference).
+unsloth (bf16), unsloth-4bit, unsloth-vllm (Unsloth fast_inference: the product's vLLM rollout path).
 Random weights never emit EOS, so every completion runs to the full length: the token counts are exact.
 """
 
@@ -63,7 +63,6 @@ MODES = {
     "trl": Mode("(a) TRL+PEFT bf16", "trl"),
     "unsloth": Mode("(b) Unsloth bf16", "unsloth"),
     "unsloth-4bit": Mode("(c) Unsloth 4-bit", "unsloth", load_in_4bit=True),
-    "trl-vllm": Mode("(d) TRL+PEFT bf16, vLLM colocate", "trl", use_vllm=True),
     "unsloth-vllm": Mode("(d) Unsloth bf16, vLLM fast_inference", "unsloth", use_vllm=True),
 }
 BASELINE_MODE = "trl"
@@ -332,8 +331,8 @@ def suite(name: str) -> list[list[RunSpec]]:
     if name == "scaling":  # both GPUs for the 2-GPU run: one lane
         return [[RunSpec("smollm2-135m", "trl", 128, prompts=16, steps=5, num_gpus=n) for n in (1, 2)]]
     if name == "vllm":  # engine start and compile dominate short runs: the rows where vLLM matters most
-        return [[RunSpec("smollm2-135m", mode, 128, prompts=8, steps=4) for mode in ("trl-vllm", "unsloth-vllm")],
-                [RunSpec(model, "trl-vllm", 1024, steps=3) for model in SHAPES]]
+        return [[RunSpec("smollm2-135m", "unsloth-vllm", 128, prompts=8, steps=4)],
+                [RunSpec(model, "unsloth-vllm", 1024, steps=3) for model in SHAPES]]
     raise ValueError(f"unknown suite {name!r}: use qwen, smollm2, scaling or vllm")
 
 

@@ -52,7 +52,7 @@ def _result(mode, step_s, gen, model="m", num_gpus=1, state="finished"):
 
 def test_table_ratios_are_against_the_trl_run_of_the_same_shape():
     results = [_result("trl", 4.0, 1000.0), _result("unsloth", 2.0, 5000.0), _result("trl", 1.0, 100.0, model="other"),
-               _result("trl", 2.5, 1800.0, num_gpus=2), _result("trl-vllm", None, None, state="failed")]
+               _result("trl", 2.5, 1800.0, num_gpus=2), _result("unsloth-vllm", None, None, state="failed")]
     text = gpu_grpo.table(results)
     lines = {line.split("|")[5].strip() + line.split("|")[4].strip(): line for line in text.splitlines()[2:]
              if line.split("|")[1].strip() == "m"}
@@ -61,7 +61,7 @@ def test_table_ratios_are_against_the_trl_run_of_the_same_shape():
     assert unsloth[13].strip() == "50.00"  # 5000 of a 10000 tok/s floor
     two_gpu = lines["(a) TRL+PEFT bf162"].split("|")
     assert two_gpu[10].strip() == "1.00"  # its own (a) row exists: the 2-GPU baseline is itself
-    assert "failed" in lines["(d) TRL+PEFT bf16, vLLM colocate1"]
+    assert "failed" in lines["(d) Unsloth bf16, vLLM fast_inference1"]
 
 
 def test_table_compares_a_multi_gpu_run_without_own_baseline_with_one_gpu():
@@ -100,8 +100,8 @@ def test_recipes_are_valid_product_recipes(tmp_path):
     assert cfg.grpo.max_completion_length == 1024 < cfg.model.max_seq_length
     assert not cfg.sft.enabled and cfg.tracking.swanlab == "disabled" and cfg.grpo.logging_steps == 1
     assert not cfg.data.register_tags  # vLLM's copy of the model must keep the vocabulary
-    vllm = load_recipe(gpu_grpo.write_recipe(gpu_grpo.RunSpec("m", "trl-vllm", 256), "tiny", tmp_path / "v.yaml"))
-    assert vllm.grpo.use_vllm and vllm.model.backend == "trl"
+    vllm = load_recipe(gpu_grpo.write_recipe(gpu_grpo.RunSpec("m", "unsloth-vllm", 256), "tiny", tmp_path / "v.yaml"))
+    assert vllm.grpo.use_vllm and vllm.model.fast_inference and vllm.model.backend == "unsloth"
 
 
 def test_shape_models_need_the_models_folder():

@@ -101,9 +101,11 @@ def run_grpo(cfg: RunConfig, folder: RunFolder, policy: Policy, tracker, history
     dataset = training_rows(cfg, policy.tokenizer, "grpo", folder)
     funcs, weights = get_reward_funcs(cfg.rewards.weights, cfg.rewards.tags)
     recorder = SampleRecorder(funcs, weights, g.num_generations, g.scale_rewards)
-    # vLLM rollouts: Unsloth's fast_inference engine, or TRL's colocated vLLM for the TRL + PEFT backend.
-    use_vllm = g.use_vllm and policy.device == "cuda" and importlib.util.find_spec("vllm") is not None \
-        and (cfg.model.fast_inference if policy.backend == "unsloth" else True)
+    # vLLM rollouts through Unsloth's fast_inference engine only (and only when load_policy started it). TRL's own
+    # colocated vLLM stays off: it was never run on a GPU here, and registering the format tags can give the policy
+    # more embedding rows than vLLM's copy of the base (SmolLM2: 49152 + 4), which TRL's weight sync cannot load.
+    use_vllm = g.use_vllm and policy.backend == "unsloth" and cfg.model.fast_inference \
+        and importlib.util.find_spec("vllm") is not None
     args = GRPOConfig(
         **_common_args(cfg, g, folder, "grpo", policy), max_steps=g.max_steps, per_device_train_batch_size=per_device,
         num_generations=g.num_generations, temperature=g.temperature, top_p=g.top_p, beta=g.beta,
