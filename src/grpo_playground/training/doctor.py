@@ -50,8 +50,8 @@ KNOBS = {
     "flat_reward": "print the first sampled completions (samples.jsonl or the Reward sandbox) and compare them with "
                    "the reward regex; run SFT first; fix the chat template or the tags (register them as ordinary "
                    "added tokens, not special tokens)",
-    "zero_std": "mix easier and harder problems (data.levels), raise grpo.temperature to 1.0-1.2, or raise "
-                "grpo.num_generations",
+    "zero_std": "mix easier and harder problems (levels in the data source, e.g. generator:train?levels=1-3), raise "
+                "grpo.temperature to 1.0-1.2, or raise grpo.num_generations",
     "kl_blowup": "halve grpo.learning_rate (e.g. 5e-6 -> 2e-6); raise grpo.beta (0.04 -> 0.1); keep LoRA on all "
                  "seven projections",
     "length_falling": "inspect the rewards for one that prefers short answers (Reward sandbox); add a length term",
