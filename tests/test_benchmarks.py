@@ -265,3 +265,33 @@ def test_lanes_take_turns_when_there_are_fewer_gpus(monkeypatch, tmp_path):
     ran.clear()
     gpu_grpo.run_lanes(lanes, tmp_path, None, ["3"], timeout_s=10, deadline_s=30)  # under 45 s left: nothing starts
     assert ran == []
+
+
+@pytest.mark.slow
+def test_grpo_job_runs_as_two_ddp_processes_that_write_one_run_folder(tmp_path):
+    """The multi-GPU launch line, on two CPU processes (gloo): one run folder, metrics written once, tokens of both."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    model_dir = tmp_path / "model"
+    torch.manual_seed(0)
+    config = dict(gpu_grpo.QWEN3_COMMON, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_window_layers=2)
+    Qwen3ForCausalLM(Qwen3Config(**config)).save_pretrained(model_dir)
+    for f in gpu_grpo.qwen3_tokenizer_files().iterdir():
+        (model_dir / f.name).write_bytes(f.read_bytes())
+    spec = gpu_grpo.RunSpec(str(model_dir), "trl", 8, prompts=1, steps=2)
+    recipe = gpu_grpo.write_recipe(spec, str(model_dir), tmp_path / "r.yaml")
+    recipe.write_text(recipe.read_text().replace("dtype: bfloat16", "dtype: float32"))
+    run_dir = tmp_path / "run"
+    command = multigpu.accelerate_command(2, "pipelines.train", ["--config", str(recipe), "--stage", "grpo",
+                                                                  "--run-dir", str(run_dir)])
+    done = subprocess.run(command, capture_output=True, text=True, timeout=500,
+                          env={**_env(), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "SWANLAB_MODE": "disabled"})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]  # one writer: no duplicated rows from the second process
+    # each process takes its own prompt (8 completions) per step: 2 steps x 2 processes of the 512 prompts
+    assert rows[-1]["epoch"] == pytest.approx(2 * 2 / 512)  # a single process would be at 2 / 512
+    assert (run_dir / "grpo" / "adapter_config.json").is_file()

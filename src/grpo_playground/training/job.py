@@ -45,7 +45,7 @@ def run_job(cfg: RunConfig, run_dir: str | Path, stage: str = "all", resume: boo
     if stage not in JOB_STAGES:
         raise ValueError(f"stage {stage!r} is unknown: use one of {', '.join(JOB_STAGES)}")
     folder = RunFolder(run_dir)
-    if not (folder.path / RECIPE_FILE).is_file() or not resume:
+    if folder.writer and (not (folder.path / RECIPE_FILE).is_file() or not resume):  # one writer under DDP
         save_recipe(cfg, folder.path / RECIPE_FILE)
     folder.watch_sigterm()
     previous = folder.read_status()
