@@ -26,7 +26,7 @@ for _ in range(20): y.copy_(x)
 e.record(); torch.cuda.synchronize(); print('d2d copy TB/s (read+write):', round(2 * 20 * x.numel() / (s.elapsed_time(e) / 1e3) / 1e12, 2))
 "; } > $W/env.txt 2>&1; cat $W/env.txt | grep -v "^|" | tail -16 ;;
     models) $B models --out $W/models ;;
-    qwen) timeout 520 $B suite qwen --models $W/models --out $W/qwen --timeout 200 --deadline 480 | tail -3 ;;
+    qwen) timeout 490 $B suite qwen --models $W/models --out $W/qwen --timeout 200 --deadline ${QWEN_S:-450} | tail -3 ;;
     smollm2) smollm2_dir; timeout 330 $B suite smollm2 --gpus 0 --out $W/smollm2 --timeout 150 --deadline 300 | tail -2 ;;
     scaling) timeout 330 $B suite scaling --gpus 0,1 --out $W/scaling --timeout 160 --deadline 300 | tail -2 ;;
     learn)
@@ -35,7 +35,7 @@ e.record(); torch.cuda.synchronize(); print('d2d copy TB/s (read+write):', round
         --preflight-prompts 8 --out $W/learn/smollm2_gpu_learning > $W/learn.log 2>&1 < /dev/null &
       sleep 2; tail -3 $W/learn.log ;;
     vllm-smoke)
-      timeout 240 python3 - <<'PY' 2>&1 | tee $W/vllm_smoke.txt | tail -12
+      timeout 150 python3 - <<'PY' 2>&1 | tee $W/vllm_smoke.txt | tail -12
 import os, time, subprocess
 d = subprocess.run(["python3", "-c", "from grpo_playground.models import hf_dir; print(hf_dir('smollm2-135m'))"], capture_output=True, text=True).stdout.strip()
 from vllm import LLM, SamplingParams
@@ -48,11 +48,13 @@ n = sum(len(o.outputs[0].token_ids) for o in out)
 print(f"VLLM_SMOKE ok: {n} tokens in {dt:.2f} s = {n/dt:.0f} tok/s (64 x 128, SmolLM2-135M bf16)")
 PY
       ;;
-    vllm) timeout 400 $B suite vllm --gpus ${VLLM_GPUS:-0,1} --models $W/models --out $W/vllm --timeout 200 --deadline 370 | tail -2 ;;
+    vllm) grep -q "VLLM_SMOKE ok" $W/vllm_smoke.txt || { echo "vLLM smoke failed: no vLLM runs"; continue; }
+      timeout 400 $B suite vllm --gpus ${VLLM_GPUS:-0,1} --models $W/models --out $W/vllm --timeout 200 --deadline ${VLLM_S:-300} | tail -2 ;;
     serve)
+      grep -q "VLLM_SMOKE ok" $W/vllm_smoke.txt || { echo "vLLM smoke failed: no serving proof"; continue; }
       a=$(ls -d $W/smollm2/runs/smollm2-135m_trl_L128*/grpo 2>/dev/null | head -1)
       t=$(ls -d $W/learn/grpo/grpo 2>/dev/null | head -1)
-      timeout 300 python3 -m benchmarks.vllm_chat_proof --base "$(smollm2_dir)" ${a:+--lora plain=$a} \
+      timeout 200 python3 -m benchmarks.vllm_chat_proof --base "$(smollm2_dir)" ${a:+--lora plain=$a} \
         ${t:+--hot-load tagged=$t} --out $W/vllm_chat_proof.json | tail -30 ;;
     collect) tail -5 $W/learn.log; ls $W/learn ;;
   esac
