@@ -253,7 +253,8 @@ def test_grpo_run_shows_samples_and_the_doctor(client):
     outputs = poll(started["run_id"], None, None, "reward")
     caption, samples, findings, preflight_md, preflight = outputs[3 + len(run_views.CHARTS): 8 + len(run_views.CHARTS)]
     assert "answer" in caption
-    assert {"completion", "check_answer", "total", "advantage"} <= set(samples.columns)
+    enabled = set(load_recipe(ROOT / "recipes" / "tiny-cpu.yaml").rewards.weights)
+    assert {"completion", "total", "advantage", *enabled} <= set(samples.columns)  # a score per enabled reward
     assert len(samples) == 4
     # the pre-flight verdict in words (the job samples a few groups before GRPO), and the full report
     assert f"Pre-flight: {preflight['level'].upper()}" in preflight_md and preflight["why"] in preflight_md
