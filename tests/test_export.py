@@ -218,6 +218,15 @@ def test_push_without_token_says_how(tmp_path, monkeypatch):
     assert result["pushed"] is False and "HF_TOKEN" in result["message"]
 
 
+def test_a_failed_push_says_why_and_keeps_the_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the hub is unreachable here anyway; offline mode fails fast
+    (tmp_path / "Modelfile").write_text("FROM ./m.gguf\n")
+    result = push_folder(tmp_path, "someone/model")
+    assert result["pushed"] is False and "failed" in result["message"] and "still in the export folder" in result["message"]
+    assert push_folder(tmp_path, "not-a-repo-id")["message"].startswith("not pushed: 'not-a-repo-id' is not a repo id")
+
+
 def test_export_command_is_what_the_training_tab_runs(tmp_path):
     command = export_command(tmp_path, stage="grpo", gguf=["q4_k_m", "q8_0"], lora_gguf=True)
     assert command[1:] == ["-m", "pipelines.export", "--run", str(tmp_path), "--stage", "grpo",
@@ -254,3 +263,20 @@ def test_a_template_that_cannot_be_split_is_left_to_the_gguf(tmp_path):
     written = write_modelfile(tmp_path, tmp_path / "m.gguf", tokenizer)
     assert not written["template"] and "Ollama uses the chat template stored in the GGUF" in written["note"]
     assert "TEMPLATE" not in (tmp_path / "Modelfile").read_text()
+
+
+@pytest.mark.slow
+def test_llamacpp_server_serves_the_base_with_the_gguf_lora_like_the_merged_file(exported_lora_run):
+    from grpo_playground.export.verify import chat_messages, check_answers
+    from grpo_playground.serving import llamacpp_server, stream_chat
+
+    _, out, _ = exported_lora_run
+    files = json.loads((out / "export.json").read_text())["files"]
+    question = "Sam has 3 boxes of 5 pens. How many pens?"
+    merged = check_answers(Path(files["gguf_f16"]), max_tokens=16, question=question)["answer"]
+    server = llamacpp_server(files["base_gguf_f16"], lora=files["lora_gguf"]).start()
+    try:
+        served = "".join(stream_chat(server.base_url, "m", chat_messages(question), temperature=0.0, max_tokens=16))
+    finally:
+        server.stop()
+    assert served == merged and served.strip()

@@ -72,16 +72,18 @@ def add_prefill(tokenizer, tag: str) -> None:
         tokenizer.chat_template += "{% if add_generation_prompt %}{{ " + json.dumps(tag) + " }}{% endif %}"
 
 
-def _linked_copy(source: Path, target: Path) -> Path:
-    """The base model folder as symlinks (no weight copy) with its own tokenizer.json, fixed for conversion."""
+def _base_with_tokenizer(base: Path, merged: Path, target: Path) -> Path:
+    """The base model's weights and config (symlinks, no copy) with the merged folder's tokenizer files:
+    base GGUF + GGUF LoRA must chat like the merged file (same vocabulary, same template and prefill)."""
+    model_files = {"config.json", "generation_config.json"}
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
-    for item in source.iterdir():
-        if item.name == "tokenizer.json":
-            shutil.copyfile(item, target / item.name)
-        else:
+    for item in base.iterdir():
+        if item.name in model_files or item.suffix == ".safetensors" or item.name.endswith(".safetensors.index.json"):
             (target / item.name).symlink_to(item.resolve())
-    _fix_byte_level_decoder(target / "tokenizer.json")
+    for item in merged.iterdir():
+        if item.is_file() and not (target / item.name).exists() and item.suffix != ".safetensors":
+            shutil.copyfile(item, target / item.name)
     return target
 
 
@@ -168,7 +170,7 @@ def export_run(
     result["files"].update({f"gguf_{t}": str(p) for t, p in files.items()})
     if lora_gguf:
         say("writing the GGUF LoRA adapter and the base f16 GGUF it runs on")
-        base_dir = _linked_copy(hf_dir(base_spec), out / "base")
+        base_dir = _base_with_tokenizer(hf_dir(base_spec), merged_dir, out / "base")
         result["files"]["lora_gguf"] = str(write_lora_gguf(out / "lora", base_dir, out / f"{name}.lora.gguf", log))
         base_gguf = write_model_ggufs(base_dir, out, f"{name}.base", [], log)["f16"]
         shutil.rmtree(base_dir)
