@@ -242,7 +242,7 @@ def _connect(url: str, timeout: float = 120) -> Client:
 @needs_tiny
 def test_grpo_run_shows_samples_and_the_doctor(client):
     """GRPO on the base tiny model (no SFT): the latest sample group appears with per-reward scores and
-    advantages, and the doctor's findings are shown."""
+    advantages; the pre-flight verdict and the doctor's findings are shown."""
     recipe = tiny_recipe("sft.enabled=false", "grpo.max_steps=4", "grpo.logging_steps=1",
                          "grpo.num_generations=4", "grpo.per_device_batch_size=8", "grpo.max_completion_length=32")
     started = client.predict(recipe, "grpo", "", api_name="/start")
@@ -262,3 +262,7 @@ def test_grpo_run_shows_samples_and_the_doctor(client):
     doctor_file = Path(os.environ["GRPO_PLAYGROUND_RUNS_DIR"], started["run_id"], "doctor.jsonl")
     logged = [json.loads(line) for line in doctor_file.read_text().splitlines()] if doctor_file.exists() else []
     assert findings["rule"].tolist() == [f["rule"] for f in logged] and findings["knob"].all()
+    # the seed's story on the base model (it never saw the tags): the pre-flight says stop, the doctor
+    # names the flat reward / zero-variance collapse within the first logged steps
+    assert preflight["level"] == "error"
+    assert {"flat_reward", "zero_std"} & set(findings["rule"])
