@@ -44,6 +44,12 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
         return ""
 
 
+def new_log_file() -> Path:
+    handle, path = tempfile.mkstemp(prefix="grpo-server-", suffix=".log")
+    os.close(handle)
+    return Path(path)
+
+
 @dataclass
 class ManagedServer:
     """One server process. `command` must serve OpenAI-compatible HTTP on 127.0.0.1:`port`."""
@@ -54,7 +60,7 @@ class ManagedServer:
     health_path: str = "/v1/models"
     startup_timeout_s: float = 180.0
     env: dict[str, str] = field(default_factory=dict)
-    log_file: Path = field(default_factory=lambda: Path(tempfile.mkstemp(prefix="grpo-server-", suffix=".log")[1]))
+    log_file: Path = field(default_factory=new_log_file)
     process: subprocess.Popen | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
