@@ -138,7 +138,8 @@ def resume_run(run_id: str, token: str | None = None) -> RunInfo:
     check_owner(token)
     info = reconcile(load_run(run_path(run_id)))
     if info.state in ACTIVE_STATES:
-        raise RuntimeError(f"run {run_id} is {info.state}: stop it before resuming it")
+        raise RuntimeError(f"run {run_id} is {info.state}: resume it once it has stopped (press Stop first if "
+                           "it is running or queued)")
     if info.state == "finished":
         raise RuntimeError(f"run {run_id} finished: start a new run (e.g. load its recipe and raise max_steps)")
     _check_cli()
