@@ -130,3 +130,30 @@ def test_crash_marks_the_run_failed_with_a_reason(tmp_path):
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "failed" and "nonexistent" in status["reason"], status
     assert "Traceback" in out.stderr  # the full traceback is in the log, the status has one line
+
+
+def test_swanlab_offline_writes_metrics_and_sample_texts(tmp_path, monkeypatch):
+    from grpo_playground.training.tracking import Tracker
+
+    monkeypatch.delenv("SWANLAB_MODE", raising=False)  # conftest disables SwanLab for every other test
+    tracker = Tracker("grpo-playground", "test", "offline", tmp_path / "swanlog", {"name": "test"}, print)
+    assert tracker.mode == "offline" and tracker.run is not None
+    tracker.log_metrics({"stage": "grpo", "step": 1, "max_steps": 2, "time": 0.0, "reward": 1.5, "kl": 0.01})
+    tracker.log_sample({"stage": "grpo", "step": 1, "completions": ["<SOLUTION>3</SOLUTION>", "no"],
+                        "total": [1.0, -2.0], "advantages": [0.7, -0.7]})
+    tracker.finish()
+    runs = list((tmp_path / "swanlog").glob("run-*"))
+    assert len(runs) == 1 and list(runs[0].glob("*.swanlab")), "an offline run for `swanlab sync`"
+    assert any(p.is_file() for p in (runs[0] / "media").rglob("*")), "the sample completions as swanlab.Text"
+
+
+def test_swanlab_mode_resolution(monkeypatch):
+    from grpo_playground.training.tracking import resolve_mode
+
+    monkeypatch.delenv("SWANLAB_MODE", raising=False)
+    monkeypatch.delenv("SWANLAB_API_KEY", raising=False)
+    assert resolve_mode("auto") == "offline"
+    monkeypatch.setenv("SWANLAB_API_KEY", "k")
+    assert resolve_mode("auto") == "online" and resolve_mode("local") == "local"
+    monkeypatch.setenv("SWANLAB_MODE", "disabled")
+    assert resolve_mode("online") == "disabled"

@@ -35,7 +35,7 @@ class Tracker:
             self.run = swanlab.init(project=project, experiment_name=name, config=config, mode=self.mode,
                                     logdir=str(logdir))
             log(f"swanlab {self.mode} run started (logdir {logdir}"
-                + (f"; upload later with `swanlab sync {logdir}`)" if self.mode == "offline" else ")"))
+                + (f"; upload later with `swanlab sync {logdir}/run-*`)" if self.mode == "offline" else ")"))
         except Exception as exc:  # tracking must never kill training: say so and go on
             log(f"swanlab could not start in mode {self.mode} ({type(exc).__name__}: {exc}); continuing without it")
             self.run = None
