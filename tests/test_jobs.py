@@ -220,3 +220,31 @@ def test_status_is_written_atomically(runs):
     write_status(run_dir, state="running", step=7)
     assert json.loads((run_dir / "status.json").read_text())["step"] == 7
     assert not list(run_dir.glob(".*tmp"))
+
+
+def test_export_state_is_read_back_from_its_log(tmp_path):
+    from grpo_playground.jobs.exports import EXPORT_JOB, EXPORT_LOG, MARKER, export_state
+
+    assert export_state(tmp_path)["state"] == "none"
+    gguf = tmp_path / "tiny.q4_k_m.gguf"
+    gguf.write_bytes(b"GGUF")
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    (tmp_path / EXPORT_JOB).write_text(json.dumps({"pid": ended.pid}))
+    log = tmp_path / EXPORT_LOG
+    # an earlier failed attempt, then a good one: only the latest attempt counts
+    log.write_text(f"{MARKER} 1\nexport failed: no adapter\n{MARKER} 2\n[export] PROBLEM: q4 answer off\n"
+                   f"[export] done in 12 s\n{gguf}\n")
+    state = export_state(tmp_path)
+    assert (state["state"], state["files"], state["problems"]) == ("finished", [str(gguf)], ["q4 answer off"])
+    with open(log, "a") as f:
+        f.write(f"{MARKER} 3\nTraceback (most recent call last):\nRuntimeError: quantize failed\n")
+    assert export_state(tmp_path) | {"log": ""} == {"state": "failed", "files": [], "problems": [],
+                                                    "reason": "RuntimeError: quantize failed", "log": ""}
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        (tmp_path / EXPORT_JOB).write_text(json.dumps({"pid": sleeper.pid}))
+        assert export_state(tmp_path)["state"] == "running"
+    finally:
+        sleeper.kill()
+        sleeper.wait()

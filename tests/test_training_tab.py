@@ -152,10 +152,11 @@ def test_bad_recipe_is_refused_with_the_field_named(client):
                        api_name="/start")
 
 
-def test_owner_token_guards_start_stop_resume_but_not_watching(client, monkeypatch):
+def test_owner_token_guards_start_stop_resume_export_but_not_watching(client, monkeypatch):
     monkeypatch.setenv("GRPO_PLAYGROUND_OWNER_TOKEN", "owner-s3cret")
     for args, api in (((tiny_recipe(), "all", ""), "/start"), ((tiny_recipe(), "all", "guess"), "/start"),
-                      (("any-run", "nope"), "/stop"), (("any-run", ""), "/resume")):
+                      (("any-run", "nope"), "/stop"), (("any-run", ""), "/resume"),
+                      (("any-run", ["q4_k_m"], ""), "/export")):
         with pytest.raises(Exception, match="owner token"):
             client.predict(*args, api_name=api)
     assert isinstance(client.predict(api_name="/runs"), list)  # visitors can watch
@@ -262,6 +263,12 @@ def test_grpo_run_shows_samples_and_the_doctor(client):
     doctor_file = Path(os.environ["GRPO_PLAYGROUND_RUNS_DIR"], started["run_id"], "doctor.jsonl")
     logged = [json.loads(line) for line in doctor_file.read_text().splitlines()] if doctor_file.exists() else []
     assert findings["rule"].tolist() == [f["rule"] for f in logged] and findings["knob"].all()
+    # export the finished run to GGUF through the API: a child process, its files listed when done
+    client.predict(started["run_id"], ["q4_k_m"], "", api_name="/export")
+    exported = wait_status(client, started["run_id"], lambda s: s["export"]["state"] in ("finished", "failed"),
+                           timeout=300, what="the export")["export"]
+    assert exported["state"] == "finished", exported
+    assert any(f.endswith(".q4_k_m.gguf") and Path(f).stat().st_size > 100_000 for f in exported["files"])
     # the seed's story on the base model (it never saw the tags): the pre-flight says stop, the doctor
     # names the flat reward / zero-variance collapse within the first logged steps
     assert preflight["level"] == "error"

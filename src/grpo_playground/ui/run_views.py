@@ -165,6 +165,21 @@ def preflight_markdown(report: dict | None) -> str:
     return text
 
 
+def export_markdown(state: dict) -> str:
+    """The latest GGUF export of a run, in words (state from grpo_playground.jobs.exports.export_state)."""
+    if state["state"] == "none":
+        return "Not exported yet: pick GGUF types and press Export (the Chat tab then lists the .gguf)."
+    if state["state"] == "running":
+        last = [line for line in state["log"].splitlines() if line.strip()][-1:]
+        return "**Exporting...** " + (f"`{last[0][:200]}`" if last else "")
+    if state["state"] == "failed":
+        return f"**Export failed:** {state['reason']} (see export.log in the run folder)"
+    text = "**Exported:**\n" + "\n".join(f"- `{path}`" for path in state["files"])
+    if state["problems"]:
+        text += "\n\n**Checks that failed:** " + "; ".join(state["problems"])
+    return text
+
+
 def history_table(infos: list[RunInfo]) -> pd.DataFrame:
     columns = ["run", "state", "stage", "step", "max_steps", "reason"]
     return pd.DataFrame([[i.run_id, i.state, i.status.get("stage"), i.status.get("step"),

@@ -6,8 +6,8 @@ what was appended), so a closed browser or a restarted app loses nothing. Per-us
 gr.State; the runs directory on disk is the only thing shared by everyone.
 
 API (gradio_client, api_name): /start (recipe YAML, stage, token), /stop and /resume (run id, token),
-/status (run id), /runs. Starting, stopping and resuming need the owner token when
-GRPO_PLAYGROUND_OWNER_TOKEN is set; watching does not.
+/export (run id, GGUF types, token), /status (run id), /runs. Starting, stopping, resuming and exporting
+need the owner token when GRPO_PLAYGROUND_OWNER_TOKEN is set; watching does not.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ import gradio as gr
 
 from grpo_playground import jobs
 from grpo_playground.config import ConfigError, RunConfig, dump_recipe, load_recipe
+from grpo_playground.export import GGUF_TYPES  # torch-free: the export itself runs as a child process
 from grpo_playground.jobs.control import ROOT
+from grpo_playground.jobs.exports import export_state, start_export
 from grpo_playground.jobs.runs import read_json
 from grpo_playground.ui import run_views
 from grpo_playground.ui.config_form import build_form, config_from_values, config_from_yaml_text, values_from_config
@@ -58,7 +60,8 @@ def run_summary(run_id: str) -> dict:
     return {"run_id": info.run_id, "state": info.state, "status": info.status, "pgid": info.job.get("pgid"),
             "command": info.job.get("command"), "metrics": len(feed.metrics),
             "last_metrics": feed.metrics[-1] if feed.metrics else None,
-            "queue_position": queue.index(info.run_id) + 1 if info.run_id in queue else None}
+            "queue_position": queue.index(info.run_id) + 1 if info.run_id in queue else None,
+            "export": {k: v for k, v in export_state(info.path).items() if k != "log"}}
 
 
 def api_start(recipe_yaml: str, stage: str = "all", token: str = "") -> dict:
@@ -88,6 +91,15 @@ def api_resume(run_id: str, token: str = "") -> dict:
         raise _user_error(exc) from None
 
 
+def api_export(run_id: str, gguf: list[str], token: str = "") -> dict:
+    """Export a stopped or finished run to GGUF (e.g. ["q4_k_m"]) in a child process; returns at once."""
+    try:
+        start_export(run_id, gguf, token)
+        return run_summary(run_id)
+    except USER_ERRORS as exc:
+        raise _user_error(exc) from None
+
+
 def api_status(run_id: str) -> dict:
     try:
         return run_summary(run_id)
@@ -105,7 +117,7 @@ def api_runs() -> list[dict]:
 def _new_view(run_id: str | None) -> dict:
     """Per-user live state: which run is watched, its incremental reader, what was last shown."""
     return {"run_id": run_id, "feed": jobs.RunFeed(jobs.run_path(run_id)) if run_id else None,
-            "log": None, "history": None, "status": None, "preflight_mtime": None}
+            "log": None, "history": None, "status": None, "preflight_mtime": None, "export": None}
 
 
 def _pick_default(infos: list[jobs.RunInfo]) -> str | None:
@@ -134,7 +146,7 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
     queue_md = ("Queue (one training job at a time): " + ", ".join(queue)) if queue else "Queue: empty"
     if run_id is None:
         return (run_pick, "No runs yet: pick a recipe and press Start.", queue_md,
-                *[skip] * len(run_views.CHARTS), skip, skip, skip, skip, skip, skip, history, skip, view)
+                *[skip] * len(run_views.CHARTS), skip, skip, skip, skip, skip, skip, history, skip, skip, view)
     feed = view["feed"]
     changed = feed.poll() or view["status"] is None
     info = next(i for i in infos if i.run_id == run_id)
@@ -152,8 +164,11 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
     log_out = log if log != view["log"] else skip
     view["log"] = log
     compare = _compare(run_id, feed.metrics, compare_id, compare_key) if changed else skip
+    exported = export_state(info.path)
+    export_md = run_views.export_markdown(exported) if exported != view["export"] else skip
+    view["export"] = exported
     return (run_pick, progress, queue_md, *charts, caption, samples, findings, preflight_md, preflight, log_out,
-            history, compare, view)
+            history, compare, export_md, view)
 
 
 def _preflight(view: dict, run_dir: Path):
@@ -233,6 +248,12 @@ def create_training_tab() -> dict:
         preflight = gr.JSON(label="preflight.json")
     with gr.Accordion("Log (tail)", open=False):
         log = gr.Code(label="log.txt", language=None, lines=20)
+    with gr.Row():
+        gguf_types = gr.Dropdown(list(GGUF_TYPES), value=["q4_k_m"], multiselect=True, label="GGUF types",
+                                 info="f16 is always written; q4_k_m is the seed's choice for llama.cpp / Ollama",
+                                 scale=3)
+        export_btn = gr.Button("Export GGUF", scale=1, elem_id="training-export-button")
+    export_md = gr.Markdown(elem_id="training-export")
     with gr.Accordion("Run history and comparison", open=False):
         history = gr.Dataframe(run_views.history_table([]), label="Runs", interactive=False, wrap=True)
         with gr.Row():
@@ -296,6 +317,12 @@ def create_training_tab() -> dict:
             raise gr.Error("pick a run to resume")
         return f"Resuming {run_id}: {api_resume(run_id, token_value)['state']}"
 
+    def export_selected(run_id, types, token_value):
+        if not run_id:
+            raise gr.Error("pick a run to export")
+        api_export(run_id, types, token_value)
+        return run_views.export_markdown(export_state(jobs.run_path(run_id)))
+
     def pick_from_history(table, evt: gr.SelectData):
         return table.iloc[evt.index[0]]["run"]
 
@@ -311,7 +338,7 @@ def create_training_tab() -> dict:
 
     # The API first, so its names are the plain ones; the UI's own listeners stay private.
     for fn, name in ((api_start, "start"), (api_stop, "stop"), (api_resume, "resume"), (api_status, "status"),
-                     (api_runs, "runs")):
+                     (api_runs, "runs"), (api_export, "export")):
         gr.api(fn, api_name=name)
     ui = dict(api_visibility="private")
     load_btn.click(load_shipped, recipe_pick, [*form, form_msg, cli], **ui)
@@ -321,6 +348,7 @@ def create_training_tab() -> dict:
     start_btn.click(start_from_form, [stage, token, *form], [run_pick, run_msg], **ui)
     stop_btn.click(stop_selected, [run_pick, token], run_msg, **ui)
     resume_btn.click(resume_selected, [run_pick, token], run_msg, **ui)
+    export_btn.click(export_selected, [run_pick, gguf_types, token], export_md, **ui)
     run_pick.change(compare_choices, run_pick, compare_run, **ui)
     history.select(pick_from_history, history, run_pick, **ui)
     gr.on([compare_run.change, compare_key.change], redraw_compare, [run_pick, compare_run, compare_key],
@@ -328,7 +356,7 @@ def create_training_tab() -> dict:
     # a user picking a run sees it at once; otherwise the timer refreshes every POLL_S
     gr.on([timer.tick, run_pick.input], poll, [run_pick, view, compare_run, compare_key],
           [run_pick, progress, queue_md, *plots, sample_caption, samples, findings, preflight_md, preflight, log,
-           history, compare_plot, view], show_progress="hidden", **ui)
+           history, compare_plot, export_md, view], show_progress="hidden", **ui)
 
     return {"form": form, "specs": specs, "stage": stage, "token": token, "start": start_btn, "run": run_pick,
             "stop": stop_btn, "resume": resume_btn, "plots": plots, "samples": samples, "view": view,
