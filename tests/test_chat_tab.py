@@ -97,3 +97,28 @@ def test_the_working_out_is_folded_and_the_solution_stays_visible():
     shown = chatbot.postprocess([{"role": "assistant", "content": for_display(FORMATTED)}]).root
     assert shown[0].metadata["title"] == "Reasoning" and shown[0].content[0].text == "12 + 7 = 19"
     assert shown[1].metadata is None and shown[1].content[0].text == "<SOLUTION>19</SOLUTION>"
+
+
+def test_each_browser_session_keeps_its_own_conversation(app_url, client):
+    from gradio_client import Client
+
+    ask(client, "What is 2 + 3?", max_tokens=4)
+    _, final = ask(client, "And 3 + 4?", max_tokens=4)
+    assert [text_of(m) for m in final[0] if m["role"] == "user"][-2:] == ["What is 2 + 3?", "And 3 + 4?"]
+    other = Client(app_url, verbose=False)
+    _, fresh = ask(other, "What is 1 + 1?", max_tokens=4)
+    assert [text_of(m) for m in fresh[0] if m["role"] == "user"] == ["What is 1 + 1?"]
+
+
+@pytest.mark.slow
+def test_two_checkpoints_side_by_side_through_llamacpp(client, tmp_path, monkeypatch):
+    from grpo_playground.export import export_run
+    from grpo_playground.serving import discover_targets
+
+    monkeypatch.setenv("GRPO_PLAYGROUND_EXPORTS_DIR", str(tmp_path / "exports"))
+    export_run(model="tiny", gguf=["q8_0"], verify=False, say=lambda _: None)
+    tiny_key = next(t.key for t in discover_targets() if t.label.endswith("tiny.q8_0.gguf"))
+    _, final = ask(client, "Tom has 12 apples and buys 7 more. How many apples?", model_2=tiny_key, max_tokens=24)
+    bot_1, bot_2, _, scores, notes = final[:5]
+    assert text_of(bot_1[-1]).strip() and text_of(bot_2[-1]).strip() and notes == ""
+    assert "smollm2-135m" in scores and "tiny.q8_0.gguf" in scores
