@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +31,7 @@ from grpo_playground.serving import (
 from grpo_playground.serving.backends import nvidia_gpu_present
 
 QUESTION = [{"role": "user", "content": "What is 2 + 3?"}]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -153,3 +157,16 @@ def test_eval_backend_refuses_a_non_gguf_model_clearly(tmp_path):
 
     with pytest.raises(ValueError, match="needs a .gguf file"):
         LlamaCppBackend(str(tmp_path))
+
+
+def test_chat_smoke_cli_proves_a_backend(smollm2_gguf):
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "pipelines.chat_smoke", *args], capture_output=True, text=True,
+                              timeout=300, cwd=ROOT)
+
+    ok = run("--backend", "llama.cpp", "--model", smollm2_gguf, "--max-tokens", "8")
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert json.loads(ok.stdout.splitlines()[0])["reply"].strip()
+    if not nvidia_gpu_present():
+        refused = run("--backend", "vllm", "--model", "Qwen/Qwen3-0.6B")
+        assert refused.returncode == 1 and "vLLM backend cannot run here" in refused.stderr
