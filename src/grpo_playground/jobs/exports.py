@@ -61,10 +61,11 @@ def export_state(run_dir: Path) -> dict:
     run's latest export attempt."""
     run_dir = Path(run_dir)
     job = read_json(run_dir / EXPORT_JOB)
-    log = _last_attempt(run_dir / EXPORT_LOG)
-    state = {"state": "none", "files": [], "problems": [], "reason": "", "log": log[-4000:]}
+    state = {"state": "none", "files": [], "problems": [], "reason": "", "log": ""}
     if not job:
-        return state
+        return state  # the common case on every UI tick: no file read beyond this one
+    log = _last_attempt(run_dir / EXPORT_LOG)
+    state["log"] = log[-4000:]
     if is_alive(job.get("pid"), job.get("start_ticks")):
         return {**state, "state": "running"}
     lines = [line.strip() for line in log.splitlines() if line.strip()]
