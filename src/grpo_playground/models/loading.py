@@ -140,11 +140,15 @@ def load_model_and_tokenizer(
 
     base = spec.base if spec.source == "adapter" else spec
     model = AutoModelForCausalLM.from_pretrained(hf_dir(base), dtype=dtype)
+    tokenizer = load_tokenizer(spec)
     if spec.source == "adapter":
         from peft import PeftModel
 
+        # Training may have added the format tags to the tokenizer and grown the embeddings to match
+        # (data.tag_tokens): the base needs as many rows before the adapter's weights fit.
+        if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
+            model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
         model = PeftModel.from_pretrained(model, spec.location, is_trainable=trainable)
-    tokenizer = load_tokenizer(spec)
     if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
         raise ValueError(
             f"tokenizer of {spec.name!r} has {len(tokenizer)} tokens but the model only {model.get_input_embeddings().weight.shape[0]} "
