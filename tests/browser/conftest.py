@@ -144,6 +144,7 @@ def expect(browser):
     """Playwright's auto-waiting `expect`, as a fixture so that a missing playwright skips/fails like the rest."""
     from playwright.sync_api import expect
 
+    expect.set_options(timeout=TIMEOUT_MS)  # its own default is 5 s: too short for a round trip under load
     return expect
 
 

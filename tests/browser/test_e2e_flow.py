@@ -1,0 +1,189 @@
+"""The whole product in a real browser, on the offline defaults: upload a small version of the tiny recipe,
+start it and watch its chart update, stop it, open its latest sample group in the Reward sandbox, export
+the run to GGUF, and chat with that GGUF: a streamed reply, scored by the rewards.
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/browser/test_e2e_flow.py
+
+The steps are tests run in file order and share one run (a later step skips when an earlier one failed).
+A real training job runs on the embedded `tiny` model: a couple of minutes on 2 shared cores.
+Screenshots: artifacts/screenshots/test_e2e_flow-*.png (the README and docs/guide.md embed a few).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from grpo_playground.config import apply_overrides, dump_recipe, load_recipe
+from grpo_playground.data import load_examples
+
+pytestmark = pytest.mark.slow  # a real training job, export and llama.cpp server
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPE_NAME = "e2e-tiny"
+# The shipped tiny-cpu recipe, shortened: enough SFT for the format to show, GRPO steps logged one by one
+# and far more of them than the test waits for (it stops the run while GRPO is going).
+OVERRIDES = [
+    f"name={RECIPE_NAME}", "data.n_sft=512", "data.n_grpo=256", "sft.max_steps=30", "sft.logging_steps=5",
+    "sft.save_steps=1000", "sft.per_device_batch_size=16", "sft.max_length=256", "grpo.max_steps=500",
+    "grpo.logging_steps=1", "grpo.save_steps=1000", "grpo.per_device_batch_size=8", "grpo.num_generations=4",
+    "grpo.max_completion_length=64", "grpo.preflight_prompts=1", "tracking.swanlab=disabled",
+]
+TRAIN_TIMEOUT_MS = 240_000  # model load + 30 SFT steps + pre-flight + first GRPO steps, under load
+STOP_TIMEOUT_MS = 120_000
+EXPORT_TIMEOUT_MS = 400_000  # merge, convert, quantize, greedy check: child processes that import torch
+CHAT_TIMEOUT_MS = 120_000  # the llama.cpp server starts on the first question
+
+
+@pytest.fixture(scope="module")
+def flow() -> dict:
+    """What the steps hand on to each other (run id, export path, ...)."""
+    return {}
+
+
+def need(flow: dict, key: str):
+    if key not in flow:
+        pytest.skip(f"an earlier step of the flow failed (no {key})")
+    return flow[key]
+
+
+def upload_recipe(page, recipe: Path) -> None:
+    """The Training tab's "Upload a recipe" box (its file input carries no label of its own)."""
+    box = page.locator("div.block").filter(has=page.get_by_text("Upload a recipe (.yaml)", exact=True))
+    box.locator("input[type=file]").set_input_files(str(recipe))
+
+
+def progress_step(page) -> int:
+    match = re.search(r"step (\d+)/", page.locator("#training-progress").inner_text())
+    return int(match.group(1)) if match else -1
+
+
+def test_start_the_tiny_recipe_and_watch_its_chart_update(page, expect, screenshot, tmp_path, flow):
+    recipe = tmp_path / f"{RECIPE_NAME}.yaml"
+    recipe.write_text(dump_recipe(apply_overrides(load_recipe(ROOT / "recipes" / "tiny-cpu.yaml"), OVERRIDES)))
+    upload_recipe(page, recipe)
+    expect(page.get_by_text(f"Loaded {recipe.name}")).to_be_visible()
+
+    page.get_by_role("button", name="Start", exact=True).click()
+    progress = page.locator("#training-progress")
+    run_id_re = re.compile(rf"\d{{8}}-\d{{6}}-{RECIPE_NAME}-[0-9a-f]+")  # run folders: <time>-<recipe>-<hex>
+    expect(progress).to_contain_text(run_id_re)
+    run_id = run_id_re.search(progress.inner_text()).group(0)
+    flow["run_dir"] = Path(os.environ["GRPO_PLAYGROUND_RUNS_DIR"]) / run_id
+    assert flow["run_dir"].is_dir(), f"the tab shows run {run_id!r}, but there is no such folder"
+
+    # SFT logs every 5 steps: the first chart is drawn, then redrawn with more points as steps arrive
+    expect(progress).to_contain_text("stage sft", timeout=TRAIN_TIMEOUT_MS)
+    chart = page.locator("#training-plot-5")  # "Loss": the one chart SFT fills
+    chart.locator("canvas, svg").first.wait_for(timeout=TRAIN_TIMEOUT_MS)
+    first_step, first_image = progress_step(page), chart.screenshot()
+    deadline = time.monotonic() + TRAIN_TIMEOUT_MS / 1000
+    while progress_step(page) <= first_step and time.monotonic() < deadline:
+        page.wait_for_timeout(1000)
+    page.wait_for_timeout(2500)  # one more poll of the tab, so the chart has the new points
+    assert progress_step(page) > first_step, "the progress never moved past the first logged step"
+    assert chart.screenshot() != first_image, "the loss chart did not change as new steps were logged"
+
+    # GRPO: the latest sample group appears with each reward's score, the charts fill
+    expect(progress).to_contain_text("stage grpo", timeout=TRAIN_TIMEOUT_MS)
+    expect(page.locator("#training-samples")).to_contain_text("advantage", timeout=TRAIN_TIMEOUT_MS)
+    expect(page.locator("#training-samples")).to_contain_text("check_answer", timeout=TRAIN_TIMEOUT_MS)
+    page.locator("#training-plot-0 canvas, #training-plot-0 svg").first.wait_for()
+    screenshot(page, "training-running")
+    flow["started"] = True
+
+
+def test_stop_the_run(page, expect, screenshot, flow):
+    need(flow, "started")
+    run_id = flow["run_dir"].name
+    page.locator("#training-run input").click()
+    page.get_by_role("option", name=run_id).click()
+    expect(page.locator("#training-progress")).to_contain_text("running")
+    page.get_by_role("button", name="Stop (saves, then exits)").click()
+    expect(page.get_by_text("Stop requested")).to_be_visible()
+    expect(page.locator("#training-progress")).to_contain_text("stopped", timeout=STOP_TIMEOUT_MS)
+    assert (flow["run_dir"] / "sft" / "adapter_config.json").exists(), "SFT finished but saved no adapter"
+    screenshot(page, "training-stopped")
+    flow["stopped"] = True
+
+
+def test_open_its_samples_in_the_reward_sandbox(page, expect, screenshot, flow):
+    need(flow, "stopped")
+    page.locator("#training-run input").click()
+    page.get_by_role("option", name=flow["run_dir"].name).click()
+    expect(page.locator("#training-samples")).to_contain_text("advantage")
+    page.locator("#training-to-sandbox").click()
+    expect(page.get_by_role("tab", name="Reward sandbox")).to_have_attribute("aria-selected", "true")
+    completions = page.locator("#sandbox-completions textarea")
+    expect(completions).not_to_have_value("")
+    # the job's own group, rescored here: one row per completion of the group (num_generations = 4)
+    assert completions.input_value().count("\n---\n") == 3
+    expect(page.locator("#sandbox-report")).to_contain_text("Group of 4")
+    expect(page.locator("#sandbox-details .sandbox-card")).to_have_count(4)
+    screenshot(page, "sandbox-from-run")
+
+
+def test_export_the_run_to_gguf(page, expect, screenshot, flow):
+    """The Training tab's Export button: pipelines.export in a child process, its state read back from disk."""
+    run_dir = need(flow, "run_dir")
+    need(flow, "stopped")
+    page.locator("#training-run input").click()
+    page.get_by_role("option", name=run_dir.name).click()
+    expect(page.locator("#training-progress")).to_contain_text("stopped")
+    page.locator("#training-export-button").click()
+    exported = page.locator("#training-export")
+    expect(exported).to_contain_text(re.compile("Exported:|Export failed"), timeout=EXPORT_TIMEOUT_MS)
+    assert "Exported:" in exported.inner_text(), exported.inner_text()
+    # stopped during GRPO, so the last saved adapter is SFT's: that is what gets exported
+    written = re.search(r"(/\S+\.q4_k_m\.gguf)", exported.inner_text())
+    assert written, f"no q4_k_m file among the written paths: {exported.inner_text()}"
+    gguf = Path(written.group(1))
+    assert gguf.is_file() and gguf.stat().st_size > 100_000, gguf
+    assert run_dir in gguf.parents
+    assert "Checks that failed" not in exported.inner_text()
+    screenshot(page, "exported")
+    flow["gguf"] = gguf
+
+
+def ask_in_chat(page, expect, target_text: str, question: str, gold: str) -> list[int]:
+    """Pick the checkpoint whose label contains target_text, send the question; returns the reply's lengths
+    as the browser saw them change (a streamed reply grows in several steps)."""
+    page.get_by_role("tab", name="Chat").click()
+    page.get_by_role("button", name="Refresh list").click()
+    page.wait_for_timeout(1000)
+    page.locator("#chat-model-1 input").click()
+    page.get_by_role("option").filter(has_text=target_text).first.click()
+    page.locator("#chat-question textarea").fill(question)
+    page.locator("#chat-gold textarea, #chat-gold input").first.fill(gold)
+    page.evaluate("""() => {
+        const bot = document.querySelector('#chat-bot-1');
+        window.__replyLengths = [];
+        window.__lastChange = Date.now();
+        new MutationObserver(() => {
+            const bubbles = bot.querySelectorAll('[data-testid="bot"]');  // none until the reply starts
+            const last = bubbles[bubbles.length - 1];
+            if (last) { window.__replyLengths.push(last.innerText.length); window.__lastChange = Date.now(); }
+        }).observe(bot, {subtree: true, childList: true, characterData: true});
+    }""")
+    page.locator("#chat-send").click()
+    # done: the reply has text and has not changed for 3 s
+    page.wait_for_function("window.__replyLengths.some((n) => n > 0) && Date.now() - window.__lastChange > 3000",
+                           timeout=CHAT_TIMEOUT_MS)
+    return page.evaluate("window.__replyLengths")
+
+
+def test_chat_with_the_gguf_streams_a_scored_reply(page, expect, screenshot, flow):
+    gguf = need(flow, "gguf")
+    example = load_examples("generator:test", n=1).examples[0]
+    lengths = ask_in_chat(page, expect, gguf.name, example["problem"], example["answer"])
+    grown = sorted({n for n in lengths if n > 0})
+    assert len(grown) >= 2, f"the reply appeared in one piece (lengths seen: {lengths}), not streamed"
+    scores = page.locator("#chat-scores").inner_text()
+    for reward in ("match_format_approximately", "check_answer", "check_numbers", "total"):
+        assert reward in scores
+    assert gguf.name in page.locator("#chat-model-1 input").input_value()
+    screenshot(page, "chat-scored")
