@@ -136,6 +136,7 @@ def test_a_tick_sends_only_what_changed(tmp_path, monkeypatch):
     first = poll(None, None, None, "reward")
     view, charts = first[-1], first[3: 3 + len(run_views.CHARTS)]
     assert view["run_id"] == run.name and charts[0]["value"].tolist() == [-2.0]
+    assert charts[2] is None  # no kl logged: nothing, not an empty frame (gradio then drew no later data)
     again = poll(run.name, view, None, "reward")
     assert all(isinstance(c, dict) and c.get("__type__") == "update" for c in again[3: 3 + len(run_views.CHARTS)])
     with open(run / "metrics.jsonl", "a") as f:

@@ -153,7 +153,7 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
     status_changed = info.status != view["status"]
     view["status"] = info.status
     progress = run_views.progress_markdown(info, feed.metrics) if (changed or status_changed) else skip
-    charts = run_views.chart_frames(feed.metrics) if changed else [skip] * len(run_views.CHARTS)
+    charts = [_plot(f) for f in run_views.chart_frames(feed.metrics)] if changed else [skip] * len(run_views.CHARTS)
     sample = feed.samples[-1] if feed.samples else None
     caption = run_views.sample_caption(sample) if changed else skip
     samples = run_views.sample_table(sample) if changed else skip
@@ -163,12 +163,18 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
     log = jobs.read_log_tail(info.path)
     log_out = log if log != view["log"] else skip
     view["log"] = log
-    compare = _compare(run_id, feed.metrics, compare_id, compare_key) if changed else skip
+    compare = _plot(_compare(run_id, feed.metrics, compare_id, compare_key)) if changed else skip
     exported = export_state(info.path)
     export_md = run_views.export_markdown(exported) if exported != view["export"] else skip
     view["export"] = exported
     return (run_pick, progress, queue_md, *charts, caption, samples, findings, preflight_md, preflight, log_out,
             history, compare, export_md, view)
+
+
+def _plot(frame):
+    """None for a chart with no points yet: once sent an empty frame, gradio 6.31's LinePlot draws nothing
+    for later data (and no legend)."""
+    return frame if len(frame) else None
 
 
 def _preflight(view: dict, run_dir: Path):
@@ -234,8 +240,9 @@ def create_training_tab() -> dict:
     for start in range(0, len(run_views.CHARTS), 2):
         with gr.Row():
             for title, _, _ in run_views.CHARTS[start : start + 2]:
-                plots.append(gr.LinePlot(x="step", y="value", color="series", title=title, label=title, height=260,
-                                         elem_id=f"training-plot-{len(plots)}"))
+                # show_label=False: a shown label takes the height the legend needs (gradio 6.31 clips it)
+                plots.append(gr.LinePlot(x="step", y="value", color="series", title=title, label=title,
+                                         show_label=False, height=300, elem_id=f"training-plot-{len(plots)}"))
     gr.Markdown("### Latest sample group")
     sample_caption = gr.Markdown()
     samples = gr.Dataframe(run_views.sample_table(None), label="Completions with each reward's score, total and advantage", wrap=True,
@@ -261,7 +268,8 @@ def create_training_tab() -> dict:
             compare_key = gr.Dropdown(["reward", "reward_std", "loss", "kl", "completions/mean_length",
                                        "completions/clipped_ratio", "frac_reward_zero_std", "learning_rate"],
                                       value="reward", label="Metric", allow_custom_value=True)
-        compare_plot = gr.LinePlot(x="step", y="value", color="series", title="Two runs, one metric", height=300)
+        compare_plot = gr.LinePlot(x="step", y="value", color="series", title="Two runs, one metric", height=300,
+                                   label="Two runs, one metric", show_label=False)
     timer = gr.Timer(POLL_S)
 
     # --- handlers ---
@@ -334,7 +342,7 @@ def create_training_tab() -> dict:
             return gr.skip()
         feed = jobs.RunFeed(jobs.run_path(run_id))
         feed.poll()
-        return _compare(run_id, feed.metrics, other_id, key)
+        return _plot(_compare(run_id, feed.metrics, other_id, key))
 
     # The API first, so its names are the plain ones; the UI's own listeners stay private.
     for fn, name in ((api_start, "start"), (api_stop, "stop"), (api_resume, "resume"), (api_status, "status"),
