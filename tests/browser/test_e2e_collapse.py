@@ -1,0 +1,55 @@
+"""The seed's story, for real, in a real browser: GRPO started on the base model with no SFT. The pre-flight
+says before the first GRPO step that no completion is in the format, the latest group scores alike, and
+the doctor names the flat reward / zero-variance groups with the knob to turn.
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/browser/test_e2e_collapse.py
+
+A real training job on the embedded `tiny` model (about a minute on 2 shared cores); the test stops it
+once the doctor has spoken. Screenshots: artifacts/screenshots/test_e2e_collapse-*.png (docs/guide.md).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from grpo_playground.config import apply_overrides, dump_recipe, load_recipe
+from test_e2e_flow import upload_recipe
+
+pytestmark = pytest.mark.slow  # a real training job
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPE_NAME = "e2e-no-sft"
+OVERRIDES = [
+    f"name={RECIPE_NAME}", "sft.enabled=false", "data.n_grpo=128", "grpo.max_steps=200", "grpo.logging_steps=1",
+    "grpo.save_steps=1000", "grpo.per_device_batch_size=16", "grpo.num_generations=4",
+    "grpo.max_completion_length=48", "grpo.preflight_prompts=2", "tracking.swanlab=disabled",
+]
+WAIT_MS = 240_000  # model load, pre-flight and the doctor's 3-row window, under load
+COLLAPSE_RULES = ("flat_reward", "zero_std", "reward_hacking", "length_pinned")
+
+
+def test_grpo_without_sft_is_caught_by_the_preflight_and_the_doctor(page, expect, screenshot, tmp_path):
+    recipe = tmp_path / f"{RECIPE_NAME}.yaml"
+    recipe.write_text(dump_recipe(apply_overrides(load_recipe(ROOT / "recipes" / "tiny-cpu.yaml"), OVERRIDES)))
+    upload_recipe(page, recipe)
+    expect(page.get_by_text(f"Loaded {recipe.name}")).to_be_visible()
+    page.get_by_role("button", name="Start", exact=True).click()
+    expect(page.locator("#training-progress")).to_contain_text(RECIPE_NAME)
+
+    # before any GRPO step has taught anything: the pre-flight's verdict, in words, with what to do
+    preflight = page.locator("#training-preflight")
+    expect(preflight).to_contain_text("Pre-flight: ERROR", timeout=WAIT_MS)
+    expect(preflight).to_contain_text("run SFT first")
+    expect(preflight).to_contain_text("In the format: 0%")
+
+    # during GRPO: the doctor names the collapse from the metrics, with the knob to turn
+    findings = page.locator("#training-findings")
+    expect(findings).to_contain_text(re.compile("|".join(COLLAPSE_RULES)), timeout=WAIT_MS)
+    expect(page.locator("#training-samples")).to_contain_text("check_answer")
+    screenshot(page, "collapse")
+
+    page.get_by_role("button", name="Stop (saves, then exits)").click()
+    expect(page.locator("#training-progress")).to_contain_text("stopped", timeout=120_000)
