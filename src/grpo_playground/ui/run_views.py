@@ -107,17 +107,18 @@ def progress_markdown(info: RunInfo, metrics: list[dict]) -> str:
 def sample_table(sample: dict | None) -> pd.DataFrame:
     """The latest sample group: one row per completion, each reward's score, the total and the advantage."""
     if not sample:
-        return pd.DataFrame(columns=["#", "completion", "total", "advantage"])
+        return pd.DataFrame(columns=["#", "total", "advantage", "completion"])
     rewards = sample.get("rewards") or {}
     completions = sample.get("completions") or []
     rows = []
     for i, text in enumerate(completions):
-        row = {"#": i, "completion": str(text)[:SAMPLE_TEXT_CHARS]}
-        for name, scores in rewards.items():
-            row[name] = scores[i] if i < len(scores) else None
+        row = {"#": i}  # the numbers first: a long completion would push them out of view
         for key, label in (("total", "total"), ("advantages", "advantage")):
             values = sample.get(key) or []
             row[label] = values[i] if i < len(values) else None
+        for name, scores in rewards.items():
+            row[name] = scores[i] if i < len(scores) else None
+        row["completion"] = str(text)[:SAMPLE_TEXT_CHARS]
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -248,7 +248,7 @@ def create_training_tab() -> dict:
     samples = gr.Dataframe(run_views.sample_table(None), label="Completions with each reward's score, total and advantage", wrap=True,
                            interactive=False, max_height=400, elem_id="training-samples")
     to_sandbox = gr.Button("Open this group in the Reward sandbox", elem_id="training-to-sandbox")
-    findings = gr.Dataframe(run_views.findings_table([]), label="Doctor: what the metrics say, and the knob to turn", wrap=True,
+    findings = gr.Dataframe(run_views.findings_table([]), label="Doctor: what the metrics say, and the knob to turn (empty: no collapse seen)", wrap=True,
                             interactive=False, elem_id="training-findings")
     preflight_md = gr.Markdown(elem_id="training-preflight")
     with gr.Accordion("Pre-flight report in full: tag tokens, rendered prompt, sampled groups", open=False):
