@@ -72,7 +72,7 @@ def lora_rank(adapter_dir: str | Path) -> int:
 
 
 def vllm_command(base: str, loras: dict[str, str | Path], port: int, gpu_memory_utilization: float = 0.7,
-                 max_model_len: int = 4096, base_name: str = "base") -> list[str]:
+                 max_model_len: int | None = None, base_name: str = "base") -> list[str]:
     """`vllm serve BASE --enable-lora --lora-modules name=PATH ...`: each adapter is served by name, on top of
     the unmerged base weights; more can be hot-loaded later (see client.load_lora)."""
     for name in loras:
@@ -84,8 +84,10 @@ def vllm_command(base: str, loras: dict[str, str | Path], port: int, gpu_memory_
         raise ValueError(f"LoRA rank {rank} is above vLLM's maximum {VLLM_LORA_RANKS[-1]}")
     executable = shutil.which("vllm") or "vllm"
     command = [executable, "serve", str(base), "--host", "127.0.0.1", "--port", str(port),
-               "--served-model-name", base_name, "--max-model-len", str(max_model_len),
-               "--gpu-memory-utilization", str(gpu_memory_utilization), "--enable-lora", "--max-lora-rank", str(max_rank)]
+               "--served-model-name", base_name, "--gpu-memory-utilization", str(gpu_memory_utilization),
+               "--enable-lora", "--max-lora-rank", str(max_rank)]
+    if max_model_len:  # default: the context length in the model's config
+        command += ["--max-model-len", str(max_model_len)]
     if loras:
         command += ["--lora-modules", *[f"{name}={path}" for name, path in loras.items()]]
     return command
