@@ -170,3 +170,41 @@ def test_chat_smoke_cli_proves_a_backend(smollm2_gguf):
     if not nvidia_gpu_present():
         refused = run("--backend", "vllm", "--model", "Qwen/Qwen3-0.6B")
         assert refused.returncode == 1 and "vLLM backend cannot run here" in refused.stderr
+
+
+def test_vllm_prompts_a_run_the_way_its_training_did(tmp_path):
+    import shutil
+
+    from grpo_playground.serving.backends import run_chat_template
+
+    run = tmp_path / "run"
+    adapter = lora_dir(run / "sft", 8)
+    shutil.copyfile(ROOT / "assets" / "tiny" / "chat_template.jinja", adapter / "chat_template.jinja")
+    assert run_chat_template(adapter, tmp_path / "t.jinja") is None  # no recipe: nothing known about prefill
+    shutil.copyfile(ROOT / "recipes" / "tiny-cpu.yaml", run / "recipe.yaml")  # prefill_reasoning: true
+    written = run_chat_template(adapter, tmp_path / "t.jinja")
+    from jinja2 import Template
+
+    rendered = Template(written.read_text()).render(messages=[{"role": "user", "content": "q"}], add_generation_prompt=True)
+    assert rendered.endswith("<|im_start|>assistant\n<start_working_out>")
+    command = vllm_command("assets/tiny", {"sft": adapter}, 8300, chat_template=written)
+    assert command[command.index("--chat-template") + 1] == str(written)
+
+
+def test_vllm_server_is_built_with_the_runs_template_and_hot_loading(tmp_path, monkeypatch):
+    import shutil
+
+    from grpo_playground.serving import backends
+
+    run = tmp_path / "run"
+    adapter = lora_dir(run / "grpo", 16)
+    shutil.copyfile(ROOT / "assets" / "tiny" / "chat_template.jinja", adapter / "chat_template.jinja")
+    shutil.copyfile(ROOT / "recipes" / "tiny-cpu.yaml", run / "recipe.yaml")
+    # Only the machine check is bypassed: the server is built, not started (that needs a GPU and vllm).
+    monkeypatch.setattr(backends, "vllm_unavailable_reason", lambda: None)
+    server = backends.vllm_server("assets/tiny", {"grpo": adapter})
+    assert server.process is None and server.health_path == "/health"
+    assert server.env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+    template = Path(server.command[server.command.index("--chat-template") + 1])
+    assert template.read_text().endswith('{{ "<start_working_out>" }}{% endif %}')
+    assert server.command[server.command.index("--port") + 1] == str(server.port)

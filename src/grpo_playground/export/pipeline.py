@@ -69,7 +69,12 @@ def add_prefill(tokenizer, tag: str) -> None:
         return
     probe = tokenizer.apply_chat_template([{"role": "user", "content": "q"}], tokenize=False, add_generation_prompt=True)
     if not probe.rstrip().endswith(tag):
-        tokenizer.chat_template += "{% if add_generation_prompt %}{{ " + json.dumps(tag) + " }}{% endif %}"
+        tokenizer.chat_template = with_prefill(tokenizer.chat_template, tag)
+
+
+def with_prefill(template: str, tag: str) -> str:
+    """A Jinja chat template whose generation prompt ends with `tag` (no torch: vLLM serving uses it too)."""
+    return template + "{% if add_generation_prompt %}{{ " + json.dumps(tag) + " }}{% endif %}"
 
 
 def _base_with_tokenizer(base: Path, merged: Path, target: Path) -> Path:

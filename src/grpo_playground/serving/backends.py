@@ -71,8 +71,29 @@ def lora_rank(adapter_dir: str | Path) -> int:
     return int(config.get("r", 8))
 
 
+def run_chat_template(adapter_dir: str | Path, out_file: Path) -> Path | None:
+    """For vLLM: the adapter's chat template with its run's prefill of the opening reasoning tag (as training
+    rendered prompts), written to out_file; None when the run does not prefill or has no template."""
+    from grpo_playground.config import load_recipe
+    from grpo_playground.export.pipeline import with_prefill
+
+    adapter_dir = Path(adapter_dir)
+    recipe = adapter_dir.parent / "recipe.yaml"
+    if not recipe.is_file():
+        return None
+    config = load_recipe(recipe)
+    tag = config.rewards.tags.reasoning_start
+    template = (adapter_dir / "chat_template.jinja").read_text() if (adapter_dir / "chat_template.jinja").is_file() else None
+    if template is None and (adapter_dir / "tokenizer_config.json").is_file():
+        template = json.loads((adapter_dir / "tokenizer_config.json").read_text()).get("chat_template")
+    if not config.data.prefill_reasoning or not isinstance(template, str) or tag in template:
+        return None  # a template that already names the tag prefills it itself
+    out_file.write_text(with_prefill(template, tag), encoding="utf-8")
+    return out_file
+
+
 def vllm_command(base: str, loras: dict[str, str | Path], port: int, gpu_memory_utilization: float = 0.7,
-                 max_model_len: int | None = None, base_name: str = "base") -> list[str]:
+                 max_model_len: int | None = None, base_name: str = "base", chat_template: Path | None = None) -> list[str]:
     """`vllm serve BASE --enable-lora --lora-modules name=PATH ...`: each adapter is served by name, on top of
     the unmerged base weights; more can be hot-loaded later (see client.load_lora)."""
     for name in loras:
@@ -86,6 +107,8 @@ def vllm_command(base: str, loras: dict[str, str | Path], port: int, gpu_memory_
     command = [executable, "serve", str(base), "--host", "127.0.0.1", "--port", str(port),
                "--served-model-name", base_name, "--gpu-memory-utilization", str(gpu_memory_utilization),
                "--enable-lora", "--max-lora-rank", str(max_rank)]
+    if chat_template:  # one template per server: the base and every adapter are prompted alike
+        command += ["--chat-template", str(chat_template)]
     if max_model_len:  # default: the context length in the model's config
         command += ["--max-model-len", str(max_model_len)]
     if loras:
@@ -109,6 +132,10 @@ def vllm_server(base: str, loras: dict[str, str | Path], **kwargs) -> ManagedSer
     if reason:
         raise BackendUnavailable(reason)
     port = free_port()
-    # Runtime LoRA updating lets the app hot-load an adapter (a new checkpoint) without restarting vLLM.
-    return ManagedServer(VLLM, vllm_command(base, loras, port, **kwargs), port, "/health", startup_timeout_s=900.0,
-                         env={"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"})
+    server = ManagedServer(VLLM, [], port, "/health", startup_timeout_s=900.0,
+                           # runtime LoRA updating lets the app hot-load a new checkpoint without a restart
+                           env={"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"})
+    first_adapter = next(iter(loras.values()), None)
+    template = run_chat_template(first_adapter, server.log_file.with_suffix(".jinja")) if first_adapter else None
+    server.command = vllm_command(base, loras, port, chat_template=template, **kwargs)
+    return server
