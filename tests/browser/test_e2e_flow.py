@@ -57,6 +57,20 @@ def upload_recipe(page, recipe: Path) -> None:
     box.locator("input[type=file]").set_input_files(str(recipe))
 
 
+def region_screenshot(page, name: str, first: str, last: str) -> Path:
+    """Save the part of the page from the top of selector `first` to the bottom of `last`, full width:
+    artifacts/screenshots/e2e-<name>.png, the size the docs embed (the full pages run to 5000 px)."""
+    top, bottom = page.evaluate("""([a, b]) => {
+        const y = (sel, edge) => document.querySelector(sel).getBoundingClientRect()[edge] + window.scrollY;
+        return [y(a, 'top'), y(b, 'bottom')];
+    }""", [first, last])
+    path = ROOT / "artifacts" / "screenshots" / f"e2e-{name}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(path), full_page=True,
+                    clip={"x": 0, "y": max(0, top - 12), "width": page.viewport_size["width"], "height": bottom - top + 24})
+    return path
+
+
 def progress_step(page) -> int:
     match = re.search(r"step (\d+)/", page.locator("#training-progress").inner_text())
     return int(match.group(1)) if match else -1
@@ -94,6 +108,7 @@ def test_start_the_tiny_recipe_and_watch_its_chart_update(page, expect, screensh
     expect(page.locator("#training-samples")).to_contain_text("check_answer", timeout=TRAIN_TIMEOUT_MS)
     page.locator("#training-plot-0 canvas, #training-plot-0 svg").first.wait_for()
     screenshot(page, "training-running")
+    region_screenshot(page, "training-running", "#training-progress", "#training-plot-4")
     flow["started"] = True
 
 
@@ -125,6 +140,7 @@ def test_open_its_samples_in_the_reward_sandbox(page, expect, screenshot, flow):
     expect(page.locator("#sandbox-report")).to_contain_text("Group of 4")
     expect(page.locator("#sandbox-details .sandbox-card")).to_have_count(4)
     screenshot(page, "sandbox-from-run")
+    region_screenshot(page, "sandbox-from-run", "#sandbox-completions", "#sandbox-details")
 
 
 def test_export_the_run_to_gguf(page, expect, screenshot, flow):
@@ -146,6 +162,7 @@ def test_export_the_run_to_gguf(page, expect, screenshot, flow):
     assert run_dir in gguf.parents
     assert "Checks that failed" not in exported.inner_text()
     screenshot(page, "exported")
+    region_screenshot(page, "exported", "#training-export-button", "#training-export")
     flow["gguf"] = gguf
 
 
@@ -187,3 +204,4 @@ def test_chat_with_the_gguf_streams_a_scored_reply(page, expect, screenshot, flo
         assert reward in scores
     assert gguf.name in page.locator("#chat-model-1 input").input_value()
     screenshot(page, "chat-scored")
+    region_screenshot(page, "chat-scored", "#chat-model-1", "#chat-scores")
