@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import pytest
 from gradio_client import Client
 
 from grpo_playground.config import SECTIONS, ConfigError, RunConfig, apply_overrides, dump_recipe, load_recipe
-from grpo_playground.jobs import group_members
+from grpo_playground.jobs import ACTIVE_STATES, group_members, list_runs
 from grpo_playground.rewards import REWARDS
 from grpo_playground.ui import run_views
 from grpo_playground.ui.config_form import config_from_values, form_fields, values_from_config
@@ -59,7 +60,12 @@ def wait_no_process(pgid: int, timeout: float = 30) -> None:
 
 @pytest.fixture(scope="module")
 def client(app_url):
-    return Client(app_url, verbose=False)
+    yield Client(app_url, verbose=False)
+    # Jobs outlive the app by design: a test that failed half-way must not leave one training on shared cores.
+    for info in list_runs():
+        if info.state in ACTIVE_STATES and info.job.get("pgid"):
+            for pid in group_members(info.job["pgid"]):
+                os.kill(pid, signal.SIGKILL)
 
 
 # --- the form is the RunConfig ------------------------------------------------------------------------
