@@ -162,3 +162,21 @@ def test_to_hf_dataset_keeps_rows_and_drops_all_null_columns():
     assert "level" in to_hf_dataset(load_examples("generator:test", n=3).examples).column_names
     with pytest.raises(ValueError, match="no examples"):
         to_hf_dataset([])
+
+
+def test_data_cli_counts_sample_and_out(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "examples.jsonl"
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-m", "pipelines.data", "--source", f"gsm8k:{GSM8K}", "--sft", "--out", str(out)],
+                          cwd=root, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("4 examples from 8 rows; skipped 4")
+    assert "[assistant] <start_working_out>It starts with 1,200 chickens" in proc.stdout
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["skipped"]["invalid JSON line"] == 1
+    assert [json.loads(line)["answer"] for line in out.read_text().splitlines()] == ["1600", "-10", "12", "10"]
+    bad = subprocess.run([sys.executable, "-m", "pipelines.data", "--source", "file:x.csv?question=q"], cwd=root,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "needs a column mapping" in bad.stderr
