@@ -34,7 +34,7 @@ from grpo_playground.jobs.runs import (
 
 __all__ = [
     "ACTIVE_STATES", "FINAL_STATES", "OWNER_TOKEN_ENV", "STAGES", "JsonlTail", "RunFeed", "RunInfo",
-    "check_owner", "create_run", "export_state", "start_export", "group_members", "list_runs", "load_run", "owner_token_required",
+    "check_owner", "create_run", "export_state", "group_members", "list_runs", "load_run", "owner_token_required",
     "queue_order", "read_log_tail", "reconcile", "resume_run", "run_path", "runs_dir", "shell_command",
-    "spawn_job", "start_run", "stop_run", "train_command",
+    "spawn_job", "start_export", "start_run", "stop_run", "train_command",
 ]
