@@ -17,7 +17,7 @@ ARG VLLM_VERSION=0.30.0
 ARG UNSLOTH_VERSION=2026.10.9
 ENV DEBIAN_FRONTEND=noninteractive PYTHONUNBUFFERED=1 GRADIO_ANALYTICS_ENABLED=False \
     GRADIO_SERVER_NAME=0.0.0.0 GRADIO_SERVER_PORT=7860 VENV=/opt/venv PATH=/opt/venv/bin:$PATH
-RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-venv python3-dev build-essential curl \
+RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-venv python3-dev build-essential curl tini \
     && rm -rf /var/lib/apt/lists/*
 
 # Spaces run the container as uid 1000.
@@ -36,4 +36,6 @@ ENV GRPO_PLAYGROUND_DATA_ROOT=/data
 EXPOSE 7860
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
     CMD curl -fsS http://127.0.0.1:7860/gradio_api/info >/dev/null || exit 1
+# tini as PID 1 reaps the orphans a killed job group can leave behind.
+ENTRYPOINT ["tini", "--"]
 CMD ["bash", "scripts/start.sh"]

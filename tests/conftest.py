@@ -37,3 +37,19 @@ def app_url(tmp_path_factory):
     app.demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     yield f"http://127.0.0.1:{port}/"
     app.demo.close()
+    kill_leftover_jobs()
+
+
+def kill_leftover_jobs() -> None:
+    """Jobs outlive the app by design; a test that failed half-way must not leave one training on shared cores."""
+    import signal
+
+    from grpo_playground.jobs import ACTIVE_STATES, group_members, list_runs
+
+    for info in list_runs():
+        if info.state in ACTIVE_STATES and info.job.get("pgid"):
+            for pid in group_members(info.job["pgid"]):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
