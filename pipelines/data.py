@@ -3,8 +3,11 @@
     python -m pipelines.data --source generator:train --n 1000 [--sft] [--out examples.jsonl]
     python -m pipelines.data --source "gsm8k:path/test.jsonl" --n 100
     python -m pipelines.data --source "file:my.csv?question=q&answer=a&solution=work" --sft
+    python -m pipelines.data --source generator:test --n 1 --model tiny [--no-prefill] [--enable-thinking]
 
 --sft adds the tagged worked solution (`completion`), the SFT target; rows without one are skipped and counted.
+--model also prints how that model's tokenizer splits the format tags and the exact prompt its chat template
+renders for the first example (what the model will see), with notes on prefill and thinking.
 """
 
 from __future__ import annotations
@@ -18,6 +21,20 @@ from grpo_playground.data import load_examples
 from grpo_playground.tags import Tags
 
 
+def report_template(model: str, example: dict, tags: Tags, prefill: bool, enable_thinking: bool) -> None:
+    from grpo_playground.data.chat_template import template_report
+    from grpo_playground.data.tag_tokens import format_report, tag_token_report
+    from grpo_playground.models import load_tokenizer
+
+    tokenizer = load_tokenizer(model)
+    print(f"tag tokens in {model}'s tokenizer:\n{format_report(tag_token_report(tokenizer, tags))}")
+    report = template_report(tokenizer, example, tags, prefill, enable_thinking)
+    print(f"rendered prompt (what {model} sees before its first token):\n{report.prompt}")
+    print(f"assistant prefix: {report.assistant_prefix!r}   turn end: {report.turn_end!r}")
+    for note in report.notes:
+        print(f"note: {note}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipelines.data", description=__doc__.split("\n")[0])
     parser.add_argument("--source", required=True, help="source spec, e.g. generator:train or gsm8k:PATH.jsonl")
@@ -27,6 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tags", nargs=4, metavar=("REASONING_START", "REASONING_END", "SOLUTION_START", "SOLUTION_END"),
                         help="format tags (default: the recipe's)")
     parser.add_argument("--out", type=Path, default=None, help="write the examples as JSONL")
+    parser.add_argument("--model", default=None, help="also report tag tokens and the rendered prompt for this model")
+    parser.add_argument("--prefill", action=argparse.BooleanOptionalAction, default=True,
+                        help="prefill the opening reasoning tag (default on, as RunConfig)")
+    parser.add_argument("--enable-thinking", action="store_true", help="Qwen3 templates: leave the thinking switch on")
     args = parser.parse_args(argv)
 
     try:
@@ -46,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         if levels:
             counts = {level: sum(e["level"] == level for e in result.examples) for level in levels}
             print(f"levels: {counts}")
+    if args.model and result.examples:
+        report_template(args.model, result.examples[0], tags, args.prefill, args.enable_thinking)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with args.out.open("w", encoding="utf-8") as f:

@@ -91,3 +91,20 @@ def test_tokenizer_without_template_is_a_clear_error(qwen3, example):
 
     with pytest.raises(ValueError, match="has no chat_template"):
         render_prompt(Bare(), example["prompt"])
+
+
+def test_data_cli_reports_the_models_prompt():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from grpo_playground.models import resolve_model
+
+    if not (Path(resolve_model("tiny").location) / "config.json").is_file():
+        pytest.skip("assets/tiny is not built yet (python -m pipelines.build_tiny)")
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-m", "pipelines.data", "--source", "generator:test", "--n", "1", "--model", "tiny"],
+                          cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "<SOLUTION>                1  '<SOLUTION>'  -> one token" in proc.stdout  # tiny knows the tags
+    assert "<|im_start|>assistant\n<start_working_out>\nassistant prefix" in proc.stdout
