@@ -6,7 +6,6 @@ is the record, so results survive a closed browser or an app restart and the pan
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import time
@@ -82,13 +81,6 @@ def load_results(limit: int = MAX_RESULTS) -> list[dict]:
             result.pop("completions", None)  # the table needs the summary only
             results.append({**result, "file": path.name})
     return results
-
-
-def load_result_file(name: str) -> dict:
-    path = (evals_dir() / name).resolve()
-    if path.parent != evals_dir().resolve() or not path.is_file():
-        raise FileNotFoundError(f"no saved evaluation {name!r}: refresh the results")
-    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def results_table(results: list[dict]) -> list[list]:
