@@ -49,8 +49,9 @@ def test_grpo_without_sft_is_named_flat_reward_within_first_logging_steps():
 
 
 def test_high_learning_rate_run_is_diagnosed():
-    found = rules(diagnose(load("high_lr.jsonl")))
-    assert found & {"kl_blowup", "nan", "reward_hacking", "length_pinned", "length_falling"}, found
+    # lr 3e-3 without KL: completions halved in length within 16 steps while the reward fell.
+    findings = diagnose(load("high_lr.jsonl"))
+    assert "length_falling" in rules(findings), findings
 
 
 # --- hand-built streams -----------------------------------------------------------------------------------

@@ -69,6 +69,9 @@ def test_sft_then_grpo_stop_and_resume(tmp_path):
     stopped_at = max(int(p.name.split("-")[1]) for p in checkpoints)
     assert 2 <= stopped_at < 4
     assert not (run_dir / "grpo").exists(), "a stopped stage has no final adapter yet"
+    # The KL reference is a frozen copy of the starting (SFT) adapter inside the same PEFT model, never a
+    # second model: TRL saves it as the "ref" adapter next to the trained one.
+    assert (run_dir / "checkpoints" / "grpo" / f"checkpoint-{stopped_at}" / "ref" / "adapter_config.json").exists()
 
     (run_dir / "stop.request").unlink()
     out = subprocess.run(cli("--run-dir", str(run_dir), "--resume"), cwd=ROOT, env=env(), capture_output=True,
@@ -103,6 +106,7 @@ def test_sft_then_grpo_stop_and_resume(tmp_path):
     assert preflight["level"] in ("ok", "warning", "error") and len(preflight["tag_tokens"]) == 4
     assert preflight["sft_done"] is True and preflight["groups"][0]["completions"]
 
+    assert not (run_dir / "grpo" / "ref").exists(), "the final adapter is the trained one only"
     # Weights changed: SFT moved LoRA B away from its zero init, and GRPO moved it again.
     sft, grpo = lora_weights(run_dir / "sft"), lora_weights(run_dir / "grpo")
     b_keys = [k for k in sft if "lora_B" in k]
