@@ -21,10 +21,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+OVERRIDES: list[str] = []  # --set values, applied to every run before the step's own
 
 
 def run(command: list[str], log: Path) -> None:
@@ -37,9 +37,13 @@ def run(command: list[str], log: Path) -> None:
 
 
 def train(recipe: Path, run_dir: Path, stage: str, overrides: list[str]) -> dict:
+    """Run one step of the experiment (skipped when its folder already finished: a rerun picks up where it stopped)."""
+    status_file = run_dir / "status.json"
+    if status_file.exists() and json.loads(status_file.read_text()).get("state") == "finished":
+        return json.loads(status_file.read_text())
     command = [sys.executable, "-m", "pipelines.train", "--config", str(recipe), "--run-dir", str(run_dir),
                "--stage", stage]
-    for item in overrides:
+    for item in [*OVERRIDES, *overrides]:
         command += ["--set", item]
     run(command, run_dir.parent / f"{run_dir.name}.log")
     return json.loads((run_dir / "status.json").read_text())
@@ -51,6 +55,15 @@ def evaluate(model: str, out: Path, n: int, max_new_tokens: int) -> dict:
              "--batch-size", "64", "--max-new-tokens", str(max_new_tokens), "--out", str(out)],
             out.with_suffix(".log"))
     return json.loads(out.read_text())
+
+
+def _weights_sha256(name_or_path: str) -> str:
+    """Which base weights ran (a path override and the registry's `tiny` can be compared by this)."""
+    import hashlib
+
+    from grpo_playground.models import hf_dir
+
+    return hashlib.sha256((hf_dir(name_or_path) / "model.safetensors").read_bytes()).hexdigest()
 
 
 def paired_difference(a: dict, b: dict) -> dict:
@@ -70,17 +83,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grpo-minutes", type=float, default=6.0)
     parser.add_argument("--preflight-prompts", type=int, default=16)
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "tiny_cpu_learning")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="recipe override passed to every training run (e.g. model.name_or_path=DIR)")
     args = parser.parse_args(argv)
+    OVERRIDES[:] = args.overrides
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
-    started = time.time()
     from grpo_playground.config import load_recipe
 
-    cfg = load_recipe(args.recipe)
+    from grpo_playground.config import apply_overrides
+
+    cfg = apply_overrides(load_recipe(args.recipe), args.overrides)
     eval_tokens = cfg.grpo.max_completion_length
     pre = [f"grpo.preflight_prompts={args.preflight_prompts}", "tracking.swanlab=disabled"]
 
-    base_pre = train(args.recipe, work / "base", "preflight", pre)
+    train(args.recipe, work / "base", "preflight", pre)
+    base_pre = json.loads((work / "base" / "preflight.json").read_text())
     sft_status = train(args.recipe, work / "sft", "sft", ["tracking.swanlab=disabled"])
     sft_adapter = work / "sft" / "sft"
     grpo_status = train(args.recipe, work / "grpo", "grpo",
@@ -94,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
 
     models = {"base": "tiny" if cfg.model.name_or_path == "tiny" else cfg.model.name_or_path,
               "sft": str(sft_adapter), "sft+grpo": str(work / "grpo" / "grpo"), "sft+more_sft": str(work / "sft_more" / "sft")}
-    full = {name: evaluate(model, work / f"eval_{name.replace('+', '_')}.json", args.n_eval, eval_tokens)
+    # The base never writes the format (the pre-flight shows it), so a small sample of it is enough.
+    full = {name: evaluate(model, work / f"eval_{name.replace('+', '_')}.json",
+                           min(args.n_eval, 200) if name == "base" else args.n_eval, eval_tokens)
             for name, model in models.items()}
     evals = {name: {k: v for k, v in f.items() if k not in ("completions", "example_prompt")} for name, f in full.items()}
     sft_pre = json.loads((work / "grpo" / "preflight.json").read_text())
@@ -111,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         "eval": evals,
         "grpo_minus_sft": paired_difference(full["sft+grpo"], full["sft"]),
         "grpo_minus_more_sft": paired_difference(full["sft+grpo"], full["sft+more_sft"]),
-        "wall_minutes": round((time.time() - started) / 60, 1),
+        "model_sha256": _weights_sha256(cfg.model.name_or_path),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(result, indent=1))
@@ -129,11 +149,13 @@ def report(r: dict) -> str:
     e = r["eval"]
     lines = [
         "# Learning on CPU: tiny model, SFT then GRPO vs an equal-time SFT control", "",
-        f"Command: `{r['command']}` (recipe `{r['recipe']}`; total {r['wall_minutes']} min on a shared 2-core machine).", "",
+        f"Command: `{r['command']}` (recipe `{r['recipe']}`; base weights sha256 {r['model_sha256'][:16]}...; "
+        "2 CPU cores shared with other jobs, one torch thread per process).", "",
         f"Sampled format rate ({r['sampled_format_rate']['samples']} completions at temperature "
         f"{r['sampled_format_rate']['temperature']}, from the pre-flight): base "
         f"{100 * r['sampled_format_rate']['base']:.1f}% -> after SFT {100 * r['sampled_format_rate']['sft']:.1f}%.", "",
-        f"Greedy evaluation on {r['n_eval']} held-out generator:test prompts (± one standard error):", "",
+        f"Greedy evaluation on {r['n_eval']} held-out generator:test prompts (the base on the first "
+        f"{e['base']['n']}), ± one standard error:", "",
         "| checkpoint | train time | steps | format rate % | accuracy % |", "|---|---|---|---|---|",
     ]
     rows = [("base", "-", "-"), ("sft", f"{r['seconds']['sft']:.0f} s", r["steps"]["sft"]),
