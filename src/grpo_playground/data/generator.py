@@ -3,8 +3,9 @@
 `level` is the number of arithmetic operations in the solution (1..5). Every problem is a short story
 around one running quantity (apples, dollars, km, ...): a start value, then changes to it, then a final
 question; each solution step is one sentence that carries its arithmetic ("..., so 3 * 12 = 36 pens.").
-Numbers stay small (mostly 1-3 digit operands, every intermediate value 1..999) so a model of a few
-million parameters can learn the easy levels and still has headroom on the hard ones.
+Numbers stay small and grow with the level (levels 1-2: operands up to 25-30, values under ~130; level 5:
+operands up to 120, values up to 999) so a model of a few million parameters can learn the easy levels
+and still has headroom on the hard ones.
 
 Train and test never share a problem: a problem's split is decided by a hash of its canonical form
 (template + the sequence of operations and numbers, names and wording left out), so the same arithmetic
@@ -243,6 +244,11 @@ def _without_period(sentence: str) -> str:
     return sentence[:-1] if sentence.endswith(".") else sentence
 
 
+# Number sizes grow with the level too, so levels 1-2 are learnable by a ~1M-parameter model in minutes
+# and the hard levels keep headroom: (start value, amount, group size) upper bounds.
+_SIZES = {1: (50, 25, 12), 2: (60, 30, 12), 3: (150, 60, 20), 4: (250, 80, 20), 5: (300, 120, 20)}
+
+
 def _chain_problem(rng: random.Random, theme: _Theme, level: int) -> Problem:
     (name, pronoun), (other, _) = rng.sample(NAMES, 2)
     names = {"name": name, "P": pronoun, "p": pronoun.lower(), "o": "her" if pronoun == "She" else "him", "other": other}
@@ -252,6 +258,7 @@ def _chain_problem(rng: random.Random, theme: _Theme, level: int) -> Problem:
     canon: list[str] = [theme.name]
     used: set[str] = set()
     ops_left = level
+    start_max, amount_max, group_max = _SIZES[level]
 
     # The last operation may divide or multiply (it changes what is counted, so it ends the story).
     ending = rng.choice(["ask", "ask", "share", "times"]) if ops_left >= 1 else "ask"
@@ -259,7 +266,7 @@ def _chain_problem(rng: random.Random, theme: _Theme, level: int) -> Problem:
         ops_left -= 1
 
     if ops_left >= 1 and rng.random() < 0.4:
-        k, m = rng.randint(2, 9), rng.randint(2, 30)
+        k, m = rng.randint(2, 9), rng.randint(2, group_max + 10)
         value = _check(k * m)
         sentence = _clause(rng, theme.start_group, used, k=k, m=m, **names)
         story.append(sentence)
@@ -267,7 +274,7 @@ def _chain_problem(rng: random.Random, theme: _Theme, level: int) -> Problem:
         canon.append(f"{k}*{m}")
         ops_left -= 1
     else:
-        value = rng.randint(10, 99) if level <= 2 else rng.randint(10, 300)
+        value = rng.randint(10, start_max)
         sentence = _clause(rng, theme.start, used, n=value, **names)
         story.append(sentence)
         steps.append(f"Start with {value} {unit}.")
@@ -277,7 +284,7 @@ def _chain_problem(rng: random.Random, theme: _Theme, level: int) -> Problem:
         kinds = ["add", "sub"] + (["group_add", "group_sub"] if ops_left >= 2 else [])
         kind = rng.choice(kinds)
         if kind in ("add", "sub"):
-            n = rng.randint(2, 60) if rng.random() < 0.8 else rng.randint(61, 150)
+            n = rng.randint(2, amount_max)
             sentence = _clause(rng, getattr(theme, kind), used, n=n, **names)
             sign = "+" if kind == "add" else "-"
             new = _check(value + n if kind == "add" else value - n)
@@ -285,7 +292,7 @@ def _chain_problem(rng: random.Random, theme: _Theme, level: int) -> Problem:
             canon.append(f"{sign}{n}")
             ops_left -= 1
         else:
-            k, m = rng.randint(2, 9), rng.randint(2, 20)
+            k, m = rng.randint(2, 9), rng.randint(2, group_max)
             sentence = _clause(rng, getattr(theme, kind), used, k=k, m=m, **names)
             group = _check(k * m)
             sign = "+" if kind == "group_add" else "-"
