@@ -32,6 +32,7 @@ class SampleRecorder:
     def __init__(self, funcs, weights, num_generations: int, scale: str):
         self.weights = dict(zip((f.__name__ for f in funcs), weights))
         self.num_generations = num_generations
+        # "batch" scaling divides by the whole batch's std, which one recorded group cannot show: group is closest.
         self.scale = "none" if scale == "none" else "group"
         self.batch: dict = {}
         self.scores: dict[str, list[float]] = {}
