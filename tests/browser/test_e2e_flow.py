@@ -35,6 +35,7 @@ OVERRIDES = [
 ]
 TRAIN_TIMEOUT_MS = 240_000  # model load + 30 SFT steps + pre-flight + first GRPO steps, under load
 STOP_TIMEOUT_MS = 120_000
+GRPO_STEPS_SHOWN = 6
 EXPORT_TIMEOUT_MS = 400_000  # merge, convert, quantize, greedy check: child processes that import torch
 CHAT_TIMEOUT_MS = 120_000  # the llama.cpp server starts on the first question
 
@@ -106,6 +107,10 @@ def test_start_the_tiny_recipe_and_watch_its_chart_update(page, expect, screensh
     expect(page.locator("#training-samples")).to_contain_text("advantage", timeout=TRAIN_TIMEOUT_MS)
     expect(page.locator("#training-samples")).to_contain_text("check_answer", timeout=TRAIN_TIMEOUT_MS)
     page.locator("#training-plot-0 svg.marks").wait_for()
+    deadline = time.monotonic() + TRAIN_TIMEOUT_MS / 1000
+    while progress_step(page) < GRPO_STEPS_SHOWN and time.monotonic() < deadline:
+        page.wait_for_timeout(1000)  # a few GRPO points, so the screenshot shows curves, not dots
+    page.wait_for_timeout(2500)
     screenshot(page, "training-running")
     region_screenshot(page, "training-running", "#training-progress", "#training-plot-4")
     flow["started"] = True
