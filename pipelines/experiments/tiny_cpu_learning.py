@@ -49,9 +49,9 @@ def train(recipe: Path, run_dir: Path, stage: str, overrides: list[str]) -> dict
     return json.loads((run_dir / "status.json").read_text())
 
 
-def evaluate(model: str, out: Path, n: int, max_new_tokens: int) -> dict:
+def evaluate(model: str, out: Path, n: int, max_new_tokens: int, data: str) -> dict:
     if not out.exists():
-        run([sys.executable, "-m", "pipelines.eval", "--model", model, "--data", "generator:test", "--n", str(n),
+        run([sys.executable, "-m", "pipelines.eval", "--model", model, "--data", data, "--n", str(n),
              "--batch-size", "64", "--max-new-tokens", str(max_new_tokens), "--out", str(out)],
             out.with_suffix(".log"))
     return json.loads(out.read_text())
@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-eval", type=int, default=1000)
     parser.add_argument("--grpo-minutes", type=float, default=6.0)
     parser.add_argument("--preflight-prompts", type=int, default=16)
+    parser.add_argument("--eval-data", default="generator:test", help="held-out source spec, e.g. generator:test?levels=1-2")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "tiny_cpu_learning")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="recipe override passed to every training run (e.g. model.name_or_path=DIR)")
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
               "sft": str(sft_adapter), "sft+grpo": str(work / "grpo" / "grpo"), "sft+more_sft": str(work / "sft_more" / "sft")}
     # The base never writes the format (the pre-flight shows it), so a small sample of it is enough.
     full = {name: evaluate(model, work / f"eval_{name.replace('+', '_')}.json",
-                           min(args.n_eval, 200) if name == "base" else args.n_eval, eval_tokens)
+                           min(args.n_eval, 200) if name == "base" else args.n_eval, eval_tokens, args.eval_data)
             for name, model in models.items()}
     evals = {name: {k: v for k, v in f.items() if k not in ("completions", "example_prompt")} for name, f in full.items()}
     sft_pre = json.loads((work / "grpo" / "preflight.json").read_text())
@@ -122,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "OMP_NUM_THREADS=1 python -m pipelines.experiments.tiny_cpu_learning " + " ".join(argv or sys.argv[1:]),
         "recipe": str(args.recipe.relative_to(ROOT) if args.recipe.is_relative_to(ROOT) else args.recipe),
         "n_eval": args.n_eval,
+        "eval_data": args.eval_data,
         "sampled_format_rate": {"base": base_pre["format_rate"], "sft": sft_pre["format_rate"],
                                 "samples": base_pre["groups_sampled"] * cfg.grpo.num_generations,
                                 "temperature": cfg.grpo.temperature},
@@ -154,7 +156,7 @@ def report(r: dict) -> str:
         f"Sampled format rate ({r['sampled_format_rate']['samples']} completions at temperature "
         f"{r['sampled_format_rate']['temperature']}, from the pre-flight): base "
         f"{100 * r['sampled_format_rate']['base']:.1f}% -> after SFT {100 * r['sampled_format_rate']['sft']:.1f}%.", "",
-        f"Greedy evaluation on {r['n_eval']} held-out generator:test prompts (the base on the first "
+        f"Greedy evaluation on {r['n_eval']} held-out {r.get('eval_data', 'generator:test')} prompts (the base on the first "
         f"{e['base']['n']}), ± one standard error:", "",
         "| checkpoint | train time | steps | format rate % | accuracy % |", "|---|---|---|---|---|",
     ]
