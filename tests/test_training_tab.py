@@ -153,6 +153,22 @@ def test_a_tick_sends_only_what_changed(tmp_path, monkeypatch):
 
 # --- jobs through the app's API ----------------------------------------------------------------------------
 
+def test_sandbox_gets_the_runs_own_rewards_tags_and_scaling(tmp_path, monkeypatch):
+    # the sandbox must score a sample group as GRPO did: the run's de-gamed reward, not the sandbox's default set
+    from grpo_playground.ui.training_tab import sandbox_settings
+
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
+    cfg = apply_overrides(load_recipe(ROOT / "recipes" / "tiny-cpu.yaml"), ["grpo.scale_rewards=none"])
+    (tmp_path / "r1").mkdir()
+    (tmp_path / "r1" / "recipe.yaml").write_text(dump_recipe(cfg))
+    settings = sandbox_settings("r1")
+    assert settings["weights"] == cfg.rewards.weights and "check_answer_strict_nomatch" in settings["weights"]
+    assert settings["tags"]["solution_start"] == "<SOLUTION>" and settings["scale"] == "none"
+    (tmp_path / "r2").mkdir()
+    (tmp_path / "r2" / "recipe.yaml").write_text("grpo: [not, a, mapping\n")
+    assert sandbox_settings("r2") is None  # a broken recipe keeps the sandbox's own settings
+
+
 def test_bad_recipe_is_refused_with_the_field_named(client):
     with pytest.raises(Exception, match=r"grpo\.num_generations"):
         client.predict(tiny_recipe().replace("num_generations: 8", "num_generations: 1"), "all", "",

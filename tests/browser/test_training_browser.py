@@ -28,6 +28,10 @@ def write_run() -> Path:
     now = time.time()
     status = {"state": "finished", "stage": "grpo", "step": 10, "max_steps": 10, "reason": "", "updated": now}
     (run / "status.json").write_text(json.dumps(status))
+    # the run's own reward set (the de-gamed check_answer_strict_nomatch): the sandbox must take it over
+    from grpo_playground.config import dump_recipe, load_recipe
+
+    (run / "recipe.yaml").write_text(dump_recipe(load_recipe(Path(__file__).parents[2] / "recipes" / "tiny-cpu.yaml")))
     with open(run / "metrics.jsonl", "w") as f:
         for step in range(1, 11):
             f.write(json.dumps({
@@ -68,6 +72,9 @@ def test_tab_reattaches_draws_and_opens_the_group_in_the_sandbox(page, screensho
     completions.wait_for()  # the sandbox tab is now the selected one
     assert completions.input_value() == "\n---\n".join(COMPLETIONS)
     assert page.get_by_role("tab", name="Reward sandbox").get_attribute("aria-selected") == "true"
+    enabled = page.locator("#sandbox-enabled")
+    expect(enabled.get_by_label("check_answer_strict_nomatch", exact=True)).to_be_checked()
+    expect(enabled.get_by_label("check_answer", exact=True)).not_to_be_checked()
 
 
 def test_form_loads_a_shipped_recipe_and_names_a_bad_value(page):

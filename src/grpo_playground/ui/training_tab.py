@@ -22,6 +22,7 @@ from grpo_playground.export import GGUF_TYPES  # torch-free: the export itself r
 from grpo_playground.jobs.control import ROOT
 from grpo_playground.jobs.exports import export_state, start_export
 from grpo_playground.jobs.runs import read_json
+from grpo_playground.rewards import REWARDS
 from grpo_playground.ui import run_views
 from grpo_playground.ui.config_form import build_form, config_from_values, config_from_yaml_text, values_from_config
 
@@ -376,23 +377,51 @@ def latest_group(view: dict | None) -> dict | None:
     return feed.samples[-1] if feed and feed.samples else None
 
 
+def sandbox_settings(run_id: str | None) -> dict | None:
+    """The run's own rewards, weights, tags and advantage scaling, so the sandbox scores a sample group the way
+    GRPO did (not with the sandbox's defaults). None when the run's recipe cannot be read."""
+    if not run_id:
+        return None
+    try:
+        cfg = load_recipe(jobs.run_path(run_id) / "recipe.yaml")
+    except (OSError, ValueError):  # an unreadable or hand-broken recipe: keep the sandbox's settings
+        return None
+    # TRL's "batch" scaling divides by the std of the whole batch: within one group it acts like "group"
+    scale = "none" if cfg.grpo.scale_rewards == "none" else "group"
+    return {"weights": dict(cfg.rewards.weights), "tags": cfg.rewards.tags.to_dict(), "scale": scale}
+
+
 def link_to_sandbox(training: dict, sandbox: dict) -> None:
     """'Open this group in the Reward sandbox': the latest sample group's completions (joined with
-    "\\n---\\n") and answer go to the sandbox's boxes, and the sandbox tab is selected."""
+    "\\n---\\n") and answer go to the sandbox's boxes, with the run's rewards, weights, tags and scaling,
+    and the sandbox tab is selected."""
     if not {"completions", "answer"} <= sandbox.keys():
         return  # the sandbox tab does not expose its boxes (yet)
     tabs = training["to_sandbox"]
     while tabs is not None and not isinstance(tabs, gr.Tabs):
         tabs = tabs.parent
+    weight_boxes = sandbox.get("weights") or []
+    tag_boxes = sandbox.get("tags") or []
+    settings_outputs = [sandbox["enabled"], *weight_boxes, *tag_boxes, sandbox["scale"]] if "enabled" in sandbox else []
 
     def open_group(view):
         group = latest_group(view)
         if group is None:
             raise gr.Error("no sample group yet: GRPO writes one at each logging step")
         text = "\n---\n".join(str(c) for c in group.get("completions") or [])
-        selected = gr.Tabs(selected="sandbox") if tabs is not None else gr.skip()
-        return text, str(group.get("answer", "")), selected
+        out = [text, str(group.get("answer", ""))]
+        if settings_outputs:
+            settings = sandbox_settings((view or {}).get("run_id"))
+            if settings is None:
+                out += [gr.skip()] * len(settings_outputs)
+            else:
+                # the sandbox builds one weight box per registry name and one tag box per Tags field, in order
+                out += [list(settings["weights"]),
+                        *[settings["weights"].get(name, box.value) for name, box in zip(REWARDS, weight_boxes)],
+                        *settings["tags"].values(), settings["scale"]]
+        if tabs is not None:
+            out.append(gr.Tabs(selected="sandbox"))
+        return out
 
-    outputs = [sandbox["completions"], sandbox["answer"]] + ([tabs] if tabs is not None else [])
-    training["to_sandbox"].click(lambda v: open_group(v)[: len(outputs)], training["view"], outputs,
-                                 api_visibility="private")
+    outputs = [sandbox["completions"], sandbox["answer"], *settings_outputs] + ([tabs] if tabs is not None else [])
+    training["to_sandbox"].click(open_group, training["view"], outputs, api_visibility="private")
