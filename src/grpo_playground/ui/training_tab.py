@@ -12,6 +12,7 @@ need the owner token when GRPO_PLAYGROUND_OWNER_TOKEN is set; watching does not.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import gradio as gr
@@ -52,6 +53,17 @@ def _user_error(exc: Exception) -> gr.Error:
     return gr.Error(str(exc), print_exception=False)
 
 
+def _api(fn):
+    """An API endpoint: a user's mistake (bad recipe, wrong token, unknown run) comes back as a plain message."""
+    @functools.wraps(fn)  # gradio reads the wrapped signature for the API's parameters
+    def endpoint(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except USER_ERRORS as exc:
+            raise _user_error(exc) from None
+    return endpoint
+
+
 def run_summary(run_id: str) -> dict:
     """Status of one run as JSON: its status.json, job pids, metric count, last step, queue position."""
     info = jobs.reconcile(jobs.load_run(jobs.run_path(run_id)))
@@ -65,47 +77,37 @@ def run_summary(run_id: str) -> dict:
             "export": {k: v for k, v in export_state(info.path).items() if k != "log"}}
 
 
+@_api
 def api_start(recipe_yaml: str, stage: str = "all", token: str = "") -> dict:
     """Start a run from recipe YAML text (keys = RunConfig fields); returns its summary at once."""
-    try:
-        info = jobs.start_run(config_from_yaml_text(recipe_yaml), stage, token)
-    except USER_ERRORS as exc:
-        raise _user_error(exc) from None
+    info = jobs.start_run(config_from_yaml_text(recipe_yaml), stage, token)
     return run_summary(info.run_id)
 
 
+@_api
 def api_stop(run_id: str, token: str = "") -> dict:
     """Ask a run to save and stop (the whole process group is killed after the grace period)."""
-    try:
-        jobs.stop_run(run_id, token)
-        return run_summary(run_id)
-    except USER_ERRORS as exc:
-        raise _user_error(exc) from None
+    jobs.stop_run(run_id, token)
+    return run_summary(run_id)
 
 
+@_api
 def api_resume(run_id: str, token: str = "") -> dict:
     """Resume a stopped or failed run from its last checkpoint (the step count continues)."""
-    try:
-        jobs.resume_run(run_id, token)
-        return run_summary(run_id)
-    except USER_ERRORS as exc:
-        raise _user_error(exc) from None
+    jobs.resume_run(run_id, token)
+    return run_summary(run_id)
 
 
+@_api
 def api_export(run_id: str, gguf: list[str], token: str = "") -> dict:
     """Export a stopped or finished run to GGUF (e.g. ["q4_k_m"]) in a child process; returns at once."""
-    try:
-        start_export(run_id, gguf, token)
-        return run_summary(run_id)
-    except USER_ERRORS as exc:
-        raise _user_error(exc) from None
+    start_export(run_id, gguf, token)
+    return run_summary(run_id)
 
 
+@_api
 def api_status(run_id: str) -> dict:
-    try:
-        return run_summary(run_id)
-    except USER_ERRORS as exc:
-        raise _user_error(exc) from None
+    return run_summary(run_id)
 
 
 def api_runs() -> list[dict]:
