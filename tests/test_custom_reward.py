@@ -264,9 +264,20 @@ def test_no_network_with_namespaces():
 
 
 @pytest.mark.parametrize("namespaces", MODES)
-def test_runs_in_its_own_session(namespaces):
-    result = run(reward_code("print(os.getsid(0))"), namespaces)
-    assert int(result.stdout) != os.getsid(0)
+def test_runs_in_its_own_session(namespaces, monkeypatch):
+    # Seen from the app's side: inside a PID namespace (the sandbox's, or a CI container's) getsid() reads 0
+    # for a session leader it cannot see, so asking the code itself proves nothing.
+    sessions = []
+    kill_group = custom._kill_group
+
+    def record_then_kill(proc):
+        sessions.append((proc.pid, os.getsid(proc.pid)))  # not reaped yet: its ids are still readable
+        kill_group(proc)
+
+    monkeypatch.setattr(custom, "_kill_group", record_then_kill)
+    assert run(reward_code("pass"), namespaces).error is None
+    (pid, session), = sessions
+    assert session == pid != os.getsid(0)  # it leads a session of its own, apart from the app's
 
 
 @pytest.mark.skipif(not HAS_NAMESPACES, reason="without namespaces /proc shows every process")
