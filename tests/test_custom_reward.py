@@ -168,7 +168,8 @@ def test_killing_its_parent_does_not_reach_the_app(namespaces):
     # The code's parent is an intermediate launcher, not this process (the app): if the kill reached the
     # app, this test process would die and the test run with it. The orphaned code may still finish.
     result = run(reward_code("import signal\nprint(os.getppid())\nos.kill(os.getppid(), signal.SIGKILL)"), namespaces)
-    assert int(result.stdout) != os.getpid()
+    if not namespaces:  # a PID namespace numbers its own processes: its pids may equal the app's by chance
+        assert int(result.stdout) != os.getpid()
     assert run(EXAMPLE_REWARD, namespaces, ["4"], "4").scores == [1.0]  # and the next call works
 
 
@@ -283,8 +284,9 @@ def test_runs_in_its_own_session(namespaces, monkeypatch):
 @pytest.mark.skipif(not HAS_NAMESPACES, reason="without namespaces /proc shows every process")
 def test_app_processes_are_invisible_with_namespaces():
     result = run(reward_code("print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))"))
-    visible = set(json.loads(result.stdout))
-    assert os.getpid() not in visible and os.getppid() not in visible and len(visible) <= 3
+    # A fresh PID namespace that holds only the sandbox's own few processes, numbered from 1 (comparing
+    # with the app's pids would be meaningless: the app may itself run as pid 1 or 2 in a container).
+    assert set(json.loads(result.stdout)) <= {1, 2, 3}
 
 
 def test_no_file_descriptors_leak_even_after_a_timeout():
