@@ -8,7 +8,9 @@ Every step runs the product's own CLIs as child processes (as the app does):
   2. SFT from the recipe (`--stage sft`);
   3. GRPO from that SFT adapter for --grpo-minutes (`model.name_or_path=<sft adapter>`, sft off);
   4. the control: SFT continued from the same adapter for the GRPO stage's measured wall time, on fresh
-     generated problems (gold solutions are free here, so this is the fair alternative use of the time);
+     generated problems from GRPO's own source (gold solutions are free here, so this is the fair
+     alternative use of the time), its learning rate decaying linearly from --control-lr to 0 over the
+     steps that fit in that time (at the SFT's measured pace): a continuation that anneals, as the SFT did;
   5. greedy evaluation (`python -m pipelines.eval`) of base, SFT, SFT+GRPO and SFT+more-SFT on the same
      --n-eval held-out prompts, with standard errors; plus the sampled format rate from the pre-flights.
 Writes <out>.json (every number) and <out>.md (the table and the command).
@@ -82,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-eval", type=int, default=1000)
     parser.add_argument("--grpo-minutes", type=float, default=6.0)
     parser.add_argument("--preflight-prompts", type=int, default=16)
+    parser.add_argument("--control-lr", type=float, default=None,
+                        help="peak learning rate of the SFT control (default: a tenth of the recipe's SFT rate, "
+                             "where the SFT's own linear schedule stood at 90%% of its run)")
     parser.add_argument("--eval-data", default="generator:test", help="held-out source spec, e.g. generator:test?levels=1-2")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "tiny_cpu_learning")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
@@ -106,10 +111,13 @@ def main(argv: list[str] | None = None) -> int:
                         [*pre, f"model.name_or_path={sft_adapter}", "sft.enabled=false",
                          f"grpo.max_minutes={args.grpo_minutes}", "grpo.max_steps=100000"])
     grpo_seconds = grpo_status["stage_seconds"]["grpo"]
+    control_lr = args.control_lr if args.control_lr is not None else cfg.sft.learning_rate / 10
+    control_steps = max(1, int(grpo_seconds * sft_status["step"] / sft_status["stage_seconds"]["sft"]))
     control_status = train(args.recipe, work / "sft_more", "sft",
                            ["tracking.swanlab=disabled", f"model.name_or_path={sft_adapter}", "grpo.enabled=false",
-                            f"sft.max_minutes={grpo_seconds / 60:.3f}", "sft.max_steps=100000", "sft.warmup_steps=0",
-                            f"data.seed={cfg.data.seed + 1}"])
+                            f"data.sft_source={cfg.data.grpo_source}", f"sft.learning_rate={control_lr}",
+                            f"sft.max_minutes={grpo_seconds / 60:.3f}", f"sft.max_steps={control_steps}",
+                            "sft.warmup_steps=0", f"data.seed={cfg.data.seed + 1}"])
 
     models = {"base": "tiny" if cfg.model.name_or_path == "tiny" else cfg.model.name_or_path,
               "sft": str(sft_adapter), "sft+grpo": str(work / "grpo" / "grpo"), "sft+more_sft": str(work / "sft_more" / "sft")}
@@ -127,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         "sampled_format_rate": {"base": base_pre["format_rate"], "sft": sft_pre["format_rate"],
                                 "samples": base_pre["groups_sampled"] * cfg.grpo.num_generations,
                                 "temperature": cfg.grpo.temperature},
+        "control": {"learning_rate": control_lr, "schedule": "linear to 0", "source": cfg.data.grpo_source},
         "seconds": {"sft": sft_status["stage_seconds"]["sft"], "grpo": grpo_seconds,
                     "sft_more": control_status["stage_seconds"]["sft"]},
         "steps": {"sft": sft_status["step"], "grpo": grpo_status["step"], "sft_more": control_status["step"]},
@@ -153,6 +162,8 @@ def report(r: dict) -> str:
         "# Learning on CPU: tiny model, SFT then GRPO vs an equal-time SFT control", "",
         f"Command: `{r['command']}` (recipe `{r['recipe']}`; base weights sha256 {r['model_sha256'][:16]}...; "
         "2 CPU cores shared with other jobs, one torch thread per process).", "",
+        f"Control: SFT continued on {r['control']['source']} from lr {r['control']['learning_rate']:g}, "
+        f"{r['control']['schedule']}.", "",
         f"Sampled format rate ({r['sampled_format_rate']['samples']} completions at temperature "
         f"{r['sampled_format_rate']['temperature']}, from the pre-flight): base "
         f"{100 * r['sampled_format_rate']['base']:.1f}% -> after SFT {100 * r['sampled_format_rate']['sft']:.1f}%.", "",
