@@ -51,10 +51,10 @@ def train(recipe: Path, run_dir: Path, stage: str, overrides: list[str]) -> dict
     return json.loads((run_dir / "status.json").read_text())
 
 
-def evaluate(model: str, out: Path, n: int, max_new_tokens: int, data: str) -> dict:
+def evaluate(model: str, out: Path, n: int, max_new_tokens: int, data: str, seed: int) -> dict:
     if not out.exists():
         run([sys.executable, "-m", "pipelines.eval", "--model", model, "--data", data, "--n", str(n),
-             "--batch-size", "64", "--max-new-tokens", str(max_new_tokens), "--out", str(out)],
+             "--seed", str(seed), "--batch-size", "64", "--max-new-tokens", str(max_new_tokens), "--out", str(out)],
             out.with_suffix(".log"))
     return json.loads(out.read_text())
 
@@ -88,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="peak learning rate of the SFT control (default: a tenth of the recipe's SFT rate, "
                              "where the SFT's own linear schedule stood at 90%% of its run)")
     parser.add_argument("--eval-data", default="generator:test", help="held-out source spec, e.g. generator:test?levels=1-2")
+    parser.add_argument("--eval-seed", type=int, default=0,
+                        help="which held-out prompts are drawn: a new seed confirms a setting chosen on another seed")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "tiny_cpu_learning")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="recipe override passed to every training run (e.g. model.name_or_path=DIR)")
@@ -123,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
               "sft": str(sft_adapter), "sft+grpo": str(work / "grpo" / "grpo"), "sft+more_sft": str(work / "sft_more" / "sft")}
     # The base never writes the format (the pre-flight shows it), so a small sample of it is enough.
     full = {name: evaluate(model, work / f"eval_{name.replace('+', '_')}.json",
-                           min(args.n_eval, 200) if name == "base" else args.n_eval, eval_tokens, args.eval_data)
+                           min(args.n_eval, 200) if name == "base" else args.n_eval, eval_tokens, args.eval_data,
+                           args.eval_seed)
             for name, model in models.items()}
     evals = {name: {k: v for k, v in f.items() if k not in ("completions", "example_prompt")} for name, f in full.items()}
     sft_pre = json.loads((work / "grpo" / "preflight.json").read_text())
@@ -132,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         "recipe": str(args.recipe.relative_to(ROOT) if args.recipe.is_relative_to(ROOT) else args.recipe),
         "n_eval": args.n_eval,
         "eval_data": args.eval_data,
+        "eval_seed": args.eval_seed,
         "sampled_format_rate": {"base": base_pre["format_rate"], "sft": sft_pre["format_rate"],
                                 "samples": base_pre["groups_sampled"] * cfg.grpo.num_generations,
                                 "temperature": cfg.grpo.temperature},
@@ -167,7 +171,7 @@ def report(r: dict) -> str:
         f"Sampled format rate ({r['sampled_format_rate']['samples']} completions at temperature "
         f"{r['sampled_format_rate']['temperature']}, from the pre-flight): base "
         f"{100 * r['sampled_format_rate']['base']:.1f}% -> after SFT {100 * r['sampled_format_rate']['sft']:.1f}%.", "",
-        f"Greedy evaluation on {r['n_eval']} held-out {r.get('eval_data', 'generator:test')} prompts (the base on the first "
+        f"Greedy evaluation on {r['n_eval']} held-out {r['eval_data']} prompts (seed {r['eval_seed']}; the base on the first "
         f"{e['base']['n']}), ± one standard error:", "",
         "| checkpoint | train time | steps | format rate % | accuracy % |", "|---|---|---|---|---|",
     ]
