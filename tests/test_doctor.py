@@ -48,6 +48,22 @@ def test_grpo_without_sft_is_named_flat_reward_within_first_logging_steps():
     assert min(f.step for f in findings) <= 3 * load("grpo_without_sft.jsonl")[0]["step"] + 10
 
 
+@pytest.mark.parametrize("name", ["grpo_without_sft.jsonl", "high_lr.jsonl"])
+def test_rollout_rules_see_through_steps_without_a_rollout(name):
+    # grpo.num_iterations=2: TRL logs a rollout's reward, groups and lengths every other step only; the steps
+    # between carry the loss side (loss, kl, clip ratios). Same run, same diagnosis, at the rollout steps.
+    rows = load(name)
+    interleaved = []
+    for row in rows:
+        interleaved.append(row)
+        if row.get("stage", "grpo") == "grpo":
+            interleaved.append({k: v for k, v in row.items() if k in ("stage", "max_steps", "loss", "kl", "grad_norm",
+                                                                      "learning_rate") or k.startswith("clip_ratio")}
+                               | {"step": row["step"] + 0.5})
+    expected = {(f.rule, f.step) for f in diagnose(rows)}
+    assert expected and {(f.rule, f.step) for f in diagnose(interleaved)} == expected
+
+
 def test_high_learning_rate_run_is_diagnosed():
     # lr 3e-3 without KL: completions halved in length within 16 steps while the reward fell.
     findings = diagnose(load("high_lr.jsonl"))

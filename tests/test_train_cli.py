@@ -136,6 +136,32 @@ def test_crash_marks_the_run_failed_with_a_reason(tmp_path):
     assert "Traceback" in out.stderr  # the full traceback is in the log, the status has one line
 
 
+def test_the_recipes_grpo_knobs_reach_trls_config(tmp_path):
+    from grpo_playground.config import apply_overrides
+    from grpo_playground.training.backend import load_policy
+    from grpo_playground.training.run_folder import RunFolder
+    from grpo_playground.training.stages import grpo_config
+
+    cfg = apply_overrides(load_recipe(RECIPE), ["grpo.num_iterations=3", "grpo.top_entropy_quantile=0.2",
+                                                "grpo.epsilon=0.3", "grpo.loss_type=grpo"])
+    args = grpo_config(cfg, RunFolder(tmp_path), load_policy(cfg, "grpo"), [1.0, 2.0, 1.0])
+    assert (args.num_iterations, args.top_entropy_quantile, args.epsilon, args.loss_type, args.beta) == \
+        (3, 0.2, 0.3, "grpo", cfg.grpo.beta)
+    assert args.reward_weights == [1.0, 2.0, 1.0] and args.use_vllm is False  # no Unsloth engine on this machine
+
+
+def test_num_iterations_trains_each_rollout_again(tmp_path):
+    out = subprocess.run(cli("--run-dir", str(tmp_path / "run"), "--stage", "grpo",
+                             overrides=[*SMALL, "sft.enabled=false", "grpo.num_iterations=2"]),
+                         cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    grpo = [r for r in rows(tmp_path / "run" / "metrics.jsonl") if r["stage"] == "grpo"]
+    # A rollout every other step (its reward logged), the steps between train on it again (loss side only).
+    assert [r["step"] for r in grpo] == [1, 2, 3, 4]
+    assert ["reward" in r for r in grpo] == [True, False, True, False]
+    assert all("loss" in r for r in grpo)
+
+
 def test_swanlab_offline_writes_metrics_and_sample_texts(tmp_path, monkeypatch):
     from grpo_playground.training.tracking import Tracker
 

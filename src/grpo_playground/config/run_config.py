@@ -200,6 +200,12 @@ class GRPOStage:
         "Time budget: stop (and save the adapter) after this many minutes even before max_steps; empty = none."))
     use_vllm: bool = field(default=True, metadata=_help(
         "Generate with vLLM (colocated) when it is installed and a GPU is present; else model.generate."))
+    num_iterations: int = field(default=1, metadata=_help(
+        "Gradient steps per batch of rollouts (GRPO's mu; seed 1): above 1 the clipped ratio matters and generation "
+        "costs less per update."))
+    top_entropy_quantile: float = field(default=1.0, metadata=_help(
+        "Train only on this top fraction of tokens by entropy (1.0 = all; 0.2 keeps the 'forking' tokens where "
+        "completions decide, as in Wang et al. 2025). Run here on the TRL backend; Unsloth's own loss was not checked."))
     mask_truncated_completions: bool = field(default=False, metadata=_help(
         "Exclude completions cut at max_completion_length from the loss (a guard against truncation hacking)."))
     preflight_prompts: int = field(default=4, metadata=_help(
@@ -231,6 +237,9 @@ class GRPOStage:
         _check_choice(f"{prefix}.scale_rewards", self.scale_rewards, SCALE_REWARDS)
         _check_range(f"{prefix}.epsilon", self.epsilon, 0.0, 1.0)
         _check_range(f"{prefix}.max_completion_length", self.max_completion_length, 8, 131072)
+        _check_range(f"{prefix}.num_iterations", self.num_iterations, 1, 64)
+        _check_range(f"{prefix}.top_entropy_quantile", self.top_entropy_quantile, 0.01, 1.0,
+                     "0.2 trains on the fifth of tokens with the highest entropy; 1.0 on all")
         _check_choice(f"{prefix}.lr_scheduler", self.lr_scheduler, LR_SCHEDULERS)
         _check_choice(f"{prefix}.optim", self.optim, OPTIMIZERS)
         _check_range(f"{prefix}.weight_decay", self.weight_decay, 0.0, 1.0)

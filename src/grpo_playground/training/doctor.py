@@ -183,6 +183,9 @@ GRPO_RULES = {"nan": _rule_nan, "flat_reward": _rule_flat_reward, "zero_std": _r
               "kl_blowup": _rule_kl_blowup, "length_falling": _rule_length_falling,
               "length_pinned": _rule_length_pinned, "reward_hacking": _rule_reward_hacking}
 SFT_RULES = {"nan": _rule_nan, "sft_loss_stuck": _rule_sft_loss_stuck}
+# Rules over what a rollout logs (reward, groups, lengths). With grpo.num_iterations > 1 TRL generates every
+# num_iterations steps and the steps between log only the loss side: these rules read the rollout rows alone.
+ROLLOUT_RULES = {"flat_reward", "zero_std", "length_falling", "length_pinned", "reward_hacking"}
 
 
 def diagnose(metrics: list[dict], thresholds: Thresholds = Thresholds()) -> list[Finding]:
@@ -190,15 +193,19 @@ def diagnose(metrics: list[dict], thresholds: Thresholds = Thresholds()) -> list
     findings: list[Finding] = []
     fired: set[tuple[str, str]] = set()
     by_stage: dict[str, list[dict]] = {}
+    rollouts_by_stage: dict[str, list[dict]] = {}
     for row in metrics:
         stage = row.get("stage", "grpo")
         rows = by_stage.setdefault(stage, [])
         rows.append(row)
+        rollouts = rollouts_by_stage.setdefault(stage, [])
+        if "reward" in row:
+            rollouts.append(row)
         rules = GRPO_RULES if stage == "grpo" else SFT_RULES
         for name, rule in rules.items():
-            if (stage, name) in fired:
+            if (stage, name) in fired or (name in ROLLOUT_RULES and "reward" not in row):
                 continue
-            verdict = rule(rows, thresholds)
+            verdict = rule(rollouts if name in ROLLOUT_RULES else rows, thresholds)
             if verdict:
                 severity, message = verdict
                 fired.add((stage, name))

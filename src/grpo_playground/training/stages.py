@@ -89,31 +89,40 @@ def run_sft(cfg: RunConfig, folder: RunFolder, policy: Policy, tracker, history:
     return _train(trainer, folder, "sft", resume, callback, policy)
 
 
-def run_grpo(cfg: RunConfig, folder: RunFolder, policy: Policy, tracker, history: list[dict], resume: bool) -> StageResult:
-    from trl import GRPOConfig, GRPOTrainer
-
-    from grpo_playground.rewards import get_reward_funcs
+def grpo_config(cfg: RunConfig, folder: RunFolder, policy: Policy, reward_weights: list[float]):
+    """TRL's GRPOConfig for the recipe's grpo section."""
+    from trl import GRPOConfig
 
     g = cfg.grpo
     per_device, note = g.generation_batch(cfg.hardware.num_gpus)
     if note:
         folder.log(note)
-    dataset = training_rows(cfg, policy.tokenizer, "grpo", folder)
-    funcs, weights = get_reward_funcs(cfg.rewards.weights, cfg.rewards.tags)
-    recorder = SampleRecorder(funcs, weights, g.num_generations, g.scale_rewards)
     # vLLM rollouts through Unsloth's fast_inference engine only (and only when load_policy started it). TRL's own
     # colocated vLLM stays off: it was never run on a GPU here, and registering the format tags can give the policy
     # more embedding rows than vLLM's copy of the base (SmolLM2: 49152 + 4), which TRL's weight sync cannot load.
     use_vllm = g.use_vllm and policy.backend == "unsloth" and cfg.model.fast_inference \
         and importlib.util.find_spec("vllm") is not None
-    args = GRPOConfig(
+    return GRPOConfig(
         **_common_args(cfg, g, folder, "grpo", policy), max_steps=g.max_steps, per_device_train_batch_size=per_device,
         num_generations=g.num_generations, temperature=g.temperature, top_p=g.top_p, beta=g.beta,
-        loss_type=g.loss_type, scale_rewards=g.scale_rewards, epsilon=g.epsilon,
+        loss_type=g.loss_type, scale_rewards=g.scale_rewards, epsilon=g.epsilon, num_iterations=g.num_iterations,
+        top_entropy_quantile=g.top_entropy_quantile,
         max_completion_length=g.max_completion_length, mask_truncated_completions=g.mask_truncated_completions,
-        reward_weights=list(weights), use_vllm=use_vllm, vllm_mode="colocate",
+        reward_weights=reward_weights, use_vllm=use_vllm, vllm_mode="colocate",
         vllm_gpu_memory_utilization=cfg.model.gpu_memory_utilization,
     )
+
+
+def run_grpo(cfg: RunConfig, folder: RunFolder, policy: Policy, tracker, history: list[dict], resume: bool) -> StageResult:
+    from trl import GRPOTrainer
+
+    from grpo_playground.rewards import get_reward_funcs
+
+    g = cfg.grpo
+    dataset = training_rows(cfg, policy.tokenizer, "grpo", folder)
+    funcs, weights = get_reward_funcs(cfg.rewards.weights, cfg.rewards.tags)
+    recorder = SampleRecorder(funcs, weights, g.num_generations, g.scale_rewards)
+    args = grpo_config(cfg, folder, policy, list(weights))
     callback = RunCallback(folder, "grpo", tracker, history, recorder, g.max_minutes)
     trainer = GRPOTrainer(model=policy.model, reward_funcs=recorder.funcs, args=args, train_dataset=dataset,
                           processing_class=policy.tokenizer, callbacks=[callback])
