@@ -97,9 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     OVERRIDES[:] = args.overrides
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
-    from grpo_playground.config import load_recipe
-
-    from grpo_playground.config import apply_overrides
+    from grpo_playground.config import apply_overrides, load_recipe
 
     cfg = apply_overrides(load_recipe(args.recipe), args.overrides)
     eval_tokens = cfg.grpo.max_completion_length

@@ -11,7 +11,7 @@ Pure Python (no torch), so the UI can import it. Public doors:
 
 from grpo_playground.rewards.design_check import PROBES, DesignReport, Finding, check_design
 from grpo_playground.rewards.equivalence import answer_equivalence, get_answer_equivalence_reward
-from grpo_playground.rewards.group import SCALE_MODES, CompletionScore, GroupScore, Mark, group_advantages, score_group
+from grpo_playground.rewards.group import SCALE_MODES, CompletionScore, GroupScore, Mark, group_advantages, one_group_scale, score_group
 from grpo_playground.rewards.guard import MAX_COMPLETIONS, MAX_TOTAL_CHARS, RewardInputError
 from grpo_playground.rewards.patterns import completion_text
 from grpo_playground.rewards.registry import DEFAULT_WEIGHTS, REWARDS, RewardSpec, get_reward_funcs, validate_weights
@@ -36,6 +36,6 @@ __all__ = [
     "RewardSpec", "answer_equivalence", "check_answer", "check_answer_strict_nomatch", "check_design",
     "check_numbers", "completion_text", "get_answer_equivalence_reward", "get_check_answer_reward",
     "get_check_answer_strict_nomatch_reward", "get_check_numbers_reward", "get_match_format_approximately_reward",
-    "get_match_format_exactly_reward", "get_reward_funcs", "group_advantages", "match_format_approximately",
+    "get_match_format_exactly_reward", "get_reward_funcs", "group_advantages", "one_group_scale", "match_format_approximately",
     "match_format_exactly", "score_group", "validate_weights",
 ]

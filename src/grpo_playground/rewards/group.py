@@ -71,6 +71,12 @@ class GroupScore:
         return headers, rows
 
 
+def one_group_scale(scale_rewards: str) -> str:
+    """The scale that reproduces TRL's `scale_rewards` within one group: "batch" divides by the whole batch's
+    std, which one group cannot show, so "group" is the closest."""
+    return "none" if scale_rewards == "none" else "group"
+
+
 def group_advantages(totals: list[float], scale: str = "group") -> tuple[float, float, list[float]]:
     """(mean, std, advantages) as TRL computes them for one group."""
     if scale not in SCALE_MODES:

@@ -13,6 +13,7 @@ import time
 
 from transformers import TrainerCallback
 
+from grpo_playground.rewards import one_group_scale
 from grpo_playground.training.doctor import Finding, diagnose
 from grpo_playground.training.multigpu import any_process
 from grpo_playground.training.run_folder import DOCTOR_FILE, METRICS_FILE, SAMPLES_FILE, RunFolder
@@ -32,8 +33,7 @@ class SampleRecorder:
     def __init__(self, funcs, weights, num_generations: int, scale: str):
         self.weights = dict(zip((f.__name__ for f in funcs), weights))
         self.num_generations = num_generations
-        # "batch" scaling divides by the whole batch's std, which one recorded group cannot show: group is closest.
-        self.scale = "none" if scale == "none" else "group"
+        self.scale = one_group_scale(scale)
         self.batch: dict = {}
         self.scores: dict[str, list[float]] = {}
         self.funcs = [self._wrap(f) for f in funcs]

@@ -199,11 +199,12 @@ def diagnose(metrics: list[dict], thresholds: Thresholds = Thresholds()) -> list
         rows = by_stage.setdefault(stage, [])
         rows.append(row)
         rollouts = rollouts_by_stage.setdefault(stage, [])
-        if "reward" in row:
+        is_rollout = "reward" in row
+        if is_rollout:
             rollouts.append(row)
         rules = GRPO_RULES if stage == "grpo" else SFT_RULES
         for name, rule in rules.items():
-            if (stage, name) in fired or (name in ROLLOUT_RULES and "reward" not in row):
+            if (stage, name) in fired or (name in ROLLOUT_RULES and not is_rollout):
                 continue
             verdict = rule(rollouts if name in ROLLOUT_RULES else rows, thresholds)
             if verdict:

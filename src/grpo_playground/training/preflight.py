@@ -59,14 +59,14 @@ def run_preflight(cfg: RunConfig, policy: Policy, folder: RunFolder, sft_done: b
     from grpo_playground.data import load_examples
     from grpo_playground.data.chat_template import render_prompt, template_report
     from grpo_playground.data.tag_tokens import tag_token_report
-    from grpo_playground.rewards import score_group
+    from grpo_playground.rewards import one_group_scale, score_group
 
     tags = cfg.rewards.tags
     examples = load_examples(cfg.data.eval_source, n=cfg.grpo.preflight_prompts, tags=tags, seed=cfg.data.seed).examples
     tag_tokens = [t.to_dict() for t in tag_token_report(policy.tokenizer, tags)]
     template = template_report(policy.tokenizer, examples[0], tags, cfg.data.prefill_reasoning).to_dict()
     prompts = [render_prompt(policy.tokenizer, e["prompt"], tags, cfg.data.prefill_reasoning) for e in examples]
-    scale = "none" if cfg.grpo.scale_rewards == "none" else "group"
+    scale = one_group_scale(cfg.grpo.scale_rewards)
     groups = []
     for example, completions in zip(examples, sample_groups(policy, prompts, cfg)):
         score = score_group(completions, example["answer"], cfg.rewards.weights, tags, scale)

@@ -23,7 +23,7 @@ from grpo_playground.export import GGUF_TYPES  # torch-free: the export itself r
 from grpo_playground.jobs.control import ROOT
 from grpo_playground.jobs.exports import export_state, start_export
 from grpo_playground.jobs.runs import read_json
-from grpo_playground.rewards import REWARDS
+from grpo_playground.rewards import REWARDS, one_group_scale
 from grpo_playground.ui import run_views
 from grpo_playground.ui.config_form import build_form, config_from_values, config_from_yaml_text, values_from_config
 
@@ -388,9 +388,8 @@ def sandbox_settings(run_id: str | None) -> dict | None:
         cfg = load_recipe(jobs.run_path(run_id) / "recipe.yaml")
     except (OSError, ValueError):  # an unreadable or hand-broken recipe: keep the sandbox's settings
         return None
-    # TRL's "batch" scaling divides by the std of the whole batch: within one group it acts like "group"
-    scale = "none" if cfg.grpo.scale_rewards == "none" else "group"
-    return {"weights": dict(cfg.rewards.weights), "tags": cfg.rewards.tags.to_dict(), "scale": scale}
+    return {"weights": dict(cfg.rewards.weights), "tags": cfg.rewards.tags.to_dict(),
+            "scale": one_group_scale(cfg.grpo.scale_rewards)}
 
 
 def link_to_sandbox(training: dict, sandbox: dict) -> None:
