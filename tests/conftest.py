@@ -42,14 +42,8 @@ def app_url(tmp_path_factory):
 
 def kill_leftover_jobs() -> None:
     """Jobs outlive the app by design; a test that failed half-way must not leave one training on shared cores."""
-    import signal
-
-    from grpo_playground.jobs import ACTIVE_STATES, group_members, list_runs
+    from grpo_playground.jobs import ACTIVE_STATES, kill_group, list_runs
 
     for info in list_runs():
         if info.state in ACTIVE_STATES and info.job.get("pgid"):
-            for pid in group_members(info.job["pgid"]):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            kill_group(info.job["pgid"])

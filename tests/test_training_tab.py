@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import pytest
 from gradio_client import Client
 
 from grpo_playground.config import SECTIONS, ConfigError, RunConfig, apply_overrides, dump_recipe, load_recipe
-from grpo_playground.jobs import ACTIVE_STATES, group_members, list_runs
+from grpo_playground.jobs import ACTIVE_STATES, group_members, kill_group, list_runs
 from grpo_playground.rewards import REWARDS
 from grpo_playground.ui import run_views
 from grpo_playground.ui.config_form import config_from_values, form_fields, values_from_config
@@ -64,8 +63,7 @@ def client(app_url):
     # Jobs outlive the app by design: a test that failed half-way must not leave one training on shared cores.
     for info in list_runs():
         if info.state in ACTIVE_STATES and info.job.get("pgid"):
-            for pid in group_members(info.job["pgid"]):
-                os.kill(pid, signal.SIGKILL)
+            kill_group(info.job["pgid"])
 
 
 # --- the form is the RunConfig ------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from grpo_playground.jobs.runs import (
     FINAL_STATES,
     RunInfo,
     group_members,
+    kill_group,
     list_runs,
     load_run,
     queue_order,
@@ -34,7 +35,7 @@ from grpo_playground.jobs.runs import (
 
 __all__ = [
     "ACTIVE_STATES", "FINAL_STATES", "OWNER_TOKEN_ENV", "STAGES", "JsonlTail", "RunFeed", "RunInfo",
-    "check_owner", "create_run", "export_state", "group_members", "list_runs", "load_run", "owner_token_required",
+    "check_owner", "create_run", "export_state", "group_members", "kill_group", "list_runs", "load_run", "owner_token_required",
     "queue_order", "read_log_tail", "reconcile", "resume_run", "run_path", "runs_dir", "shell_command",
     "spawn_job", "start_export", "start_run", "stop_run", "train_command",
 ]

@@ -24,8 +24,8 @@ from grpo_playground.jobs.runs import (
     LOG_FILE,
     STOP_FILE,
     RunInfo,
-    group_members,
     is_alive,
+    kill_group,
     load_run,
     new_run_id,
     process_start_ticks,
@@ -162,8 +162,8 @@ def stop_run(run_id: str, token: str | None = None) -> RunInfo:
     elif not info.job and is_alive(info.status.get("pid")):
         target = info.status["pid"]  # a run started from the CLI: the job itself handles SIGTERM
     else:
-        for pid in group_members(int(info.job["pgid"])) if info.job.get("pgid") else []:
-            _signal(pid, signal.SIGKILL)
+        if info.job.get("pgid"):
+            kill_group(int(info.job["pgid"]))
         write_status(info.path, state="stopped", reason="stopped (launcher gone: processes killed)")
         return load_run(info.path)
     _signal(target, signal.SIGTERM)

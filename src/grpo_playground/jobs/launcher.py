@@ -31,7 +31,7 @@ from grpo_playground.jobs.runs import (
     FINAL_STATES,
     LOG_FILE,
     STOP_FILE,
-    group_members,
+    kill_group,
     queue_order,
     read_status,
     write_status,
@@ -68,13 +68,7 @@ def crash_reason(log_path: Path, returncode: int) -> str:
 
 def kill_group_leftovers() -> None:
     """SIGKILL every process of our group but us: no orphan keeps GPU memory after the job ends."""
-    me = os.getpid()
-    for pid in group_members(os.getpgid(0)):
-        if pid != me:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    kill_group(os.getpgid(0), spare=os.getpid())
 
 
 def _on_sigterm(signum, frame) -> None:

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import secrets
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +108,16 @@ def group_members(pgid: int) -> list[int]:
         if fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
             members.append(int(entry.name))
     return members
+
+
+def kill_group(pgid: int, spare: int | None = None) -> None:
+    """SIGKILL every live process of group `pgid` but `spare`; one that ended meanwhile is skipped."""
+    for pid in group_members(pgid):
+        if pid != spare:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 @dataclass
