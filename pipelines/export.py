@@ -18,13 +18,14 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from grpo_playground.export import GGUF_TYPES, STAGES, export_run
+    from grpo_playground.export import GGUF_TYPES, export_run
+    from grpo_playground.run_layout import TRAINED_STAGES
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--run", help="run folder with sft/ and grpo/ LoRA adapters")
     source.add_argument("--model", help="registry name (e.g. tiny, smollm2-135m) or a HF model folder")
-    parser.add_argument("--stage", choices=STAGES, help="which adapter of the run (default: grpo, else sft)")
+    parser.add_argument("--stage", choices=TRAINED_STAGES, help="which adapter of the run (default: grpo, else sft)")
     parser.add_argument("--gguf", nargs="+", default=["q4_k_m"], metavar="TYPE",
                         help=f"GGUF types to write (f16 always); choices: {', '.join(GGUF_TYPES)}")
     parser.add_argument("--lora-gguf", action="store_true", help="also write the LoRA as a GGUF adapter (+ base f16)")

@@ -16,11 +16,13 @@ import os
 import sys
 from pathlib import Path
 
+from grpo_playground.run_layout import JOB_STAGES, RECIPE_FILE, RUNS_DIR_ENV, new_run_id, runs_dir
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipelines.train", description=__doc__.split("\n")[0])
     parser.add_argument("--config", required=True, type=Path, help="recipe YAML (see recipes/)")
-    parser.add_argument("--stage", default="all", choices=("all", "sft", "grpo", "preflight"))
+    parser.add_argument("--stage", default="all", choices=JOB_STAGES)
     parser.add_argument("--runs-dir", type=Path, default=None, help="where new run folders go (default: $GRPO_PLAYGROUND_RUNS_DIR or ./runs)")
     parser.add_argument("--run-dir", type=Path, default=None, help="use this run folder (required with --resume)")
     parser.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
@@ -40,9 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --resume needs --run-dir (the folder of the run to continue)", file=sys.stderr)
         return 2
     if args.runs_dir is not None:
-        os.environ["GRPO_PLAYGROUND_RUNS_DIR"] = str(args.runs_dir)
+        os.environ[RUNS_DIR_ENV] = str(args.runs_dir)
 
-    from grpo_playground.jobs.runs import new_run_id, runs_dir
     from grpo_playground.training.job import run_job
 
     run_dir = args.run_dir or runs_dir() / new_run_id(cfg.name)
@@ -58,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if command:
             exec_command(command)
-    state = run_job(cfg, run_dir, args.stage, args.resume)
+    # The app saved the recipe into the run folder and runs it from there: the job reads it and leaves it as it is.
+    in_folder = args.config.resolve() == (Path(run_dir) / RECIPE_FILE).resolve() and not args.overrides
+    state = run_job(cfg, run_dir, args.stage, args.resume, recipe_saved=in_folder)
     print(Path(run_dir).resolve(), flush=True)
     return 1 if state == "failed" else 0
 

@@ -2,7 +2,7 @@
 # One install for every place the product runs: a laptop, CI (.ci/run) and the Docker image.
 #   bash scripts/install.sh            # app dependencies into .venv (CPU set)
 #   bash scripts/install.sh --test     # + test tools and Debian chromium for the browser tests
-#   bash scripts/install.sh --gpu      # + requirements-gpu.txt (vLLM, Unsloth; CUDA torch), as in the Dockerfile
+#   bash scripts/install.sh --gpu      # requirements-gpu.txt instead (the H200 set: CUDA 13.0 torch, vLLM, Unsloth), as in the Dockerfile
 # LLAMA_CPP_WHEEL_DIR=DIR installs a prebuilt llama-cpp-python wheel from DIR (the Docker image builds a CUDA one).
 # Re-running is cheap: pinned packages already present are skipped by pip.
 set -euo pipefail

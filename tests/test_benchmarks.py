@@ -18,24 +18,36 @@ from grpo_playground.training.rollouts import SLOW_ROLLOUTS_ENV, keeps_cache
 
 
 def _rows(step_times, rollout_s, tokens, num_tokens):
-    return [{"stage": "grpo", "step": i + 1, "step_time": st, "rollout/seconds": rs, "rollout/tokens": tk,
-             "num_tokens": nt, "completions/mean_length": tk / 8, "gpu/peak_gib": 1.0 + i}
+    return [{"stage": "grpo", "step": i + 1, "timing/step_s": st, "timing/rollout_s": rs, "rollout/tokens": tk,
+             "timing/forward_backward_s": st - rs, "num_tokens": nt, "completions/mean_length": tk / 8,
+             "gpu/peak_gib": 1.0 + i}
             for i, (st, rs, tk, nt) in enumerate(zip(step_times, rollout_s, tokens, num_tokens))]
 
 
-def test_summarize_leaves_out_the_warmup_step_and_scales_rollouts_by_process_count():
+def test_summarize_leaves_out_the_warmup_steps_and_scales_rollouts_by_process_count():
     # step 1 is a 30 s warm-up (compile, allocator): it must not leak into the medians
-    rows = _rows([30.0, 2.0, 4.0], [25.0, 1.0, 3.0], [1024.0, 1024.0, 1024.0], [2000.0, 4000.0, 6000.0])
-    rows.insert(0, {"stage": "sft", "step": 5, "step_time": 99.0})  # other stage: ignored
-    one = gpu_grpo.summarize(rows, num_gpus=1)
-    assert one["steps_logged"] == 3 and one["warmup_step_s"] == 30.0
-    assert one["step_s"] == 3.0  # median of 2 and 4
-    assert one["gen_tok_s"] == pytest.approx(2048 / 4.0)  # tokens over rollout seconds of steps 2-3
-    assert one["trained_tok_s"] == pytest.approx(statistics_median([2000 / 2.0, 2000 / 4.0]))
-    assert one["torch_peak_gib"] == 3.0
-    two = gpu_grpo.summarize(rows, num_gpus=2)  # the main process logs its own share only
+    rows = _rows([30.0, 2.0, 4.0, 6.0], [25.0, 1.0, 3.0, 5.0], [1024.0] * 4, [2000.0, 4000.0, 6000.0, 8000.0])
+    rows.insert(0, {"stage": "sft", "step": 5, "timing/step_s": 99.0})  # other stage: ignored
+    one = gpu_grpo.summarize(rows, num_gpus=1, warmup=1)
+    assert one["steps_logged"] == 4 and one["warmup_steps_s"] == [30.0] and one["steps_measured"] == 3
+    assert one["step_s"] == 4.0 and one["p90_step_s"] == 6.0
+    assert one["phases_s"]["rollout"] == 3.0 and one["phases_s"]["forward_backward"] == 1.0
+    assert one["gen_tok_s"] == pytest.approx(3 * 1024 / 9.0)  # tokens over rollout seconds of steps 2-4
+    assert one["trained_tok_s"] == pytest.approx(statistics_median([2000 / 2.0, 2000 / 4.0, 2000 / 6.0]))
+    assert one["torch_peak_gib"] == 4.0
+    two = gpu_grpo.summarize(rows, num_gpus=2, warmup=1)  # the main process logs its own share only
     assert two["gen_tok_s"] == pytest.approx(2 * one["gen_tok_s"])
+    assert gpu_grpo.summarize(rows, 1)["warmup_steps_s"] == [30.0, 2.0, 4.0]  # the default: 3 warm-up steps
     assert gpu_grpo.summarize([{"stage": "grpo", "loss": 0.1}], 1) == {"steps_logged": 0}
+
+
+def test_report_names_the_issue_fields():
+    result = {"label": "x", "mode": "trl-vllm", "model": "m", "completion": 128, "state": "finished",
+              **gpu_grpo.summarize(_rows([9.0, 1.0, 1.2, 0.8, 1.1], [8.0, 0.3, 0.4, 0.3, 0.3], [8192.0] * 5,
+                                         [1.0] * 5), 1), "smi_peak_gib": 12.5}
+    entry = gpu_grpo.report([result])["runs"]["x"]
+    assert entry["median_step_s"] == pytest.approx(0.95) and entry["peak_gib"] == 12.5 and entry["steps_measured"] == 2
+    assert entry["phases_s"]["rollout"] == 0.3 and entry["gen_tok_s"] == pytest.approx(8192 * 2 / 0.6)
 
 
 def statistics_median(values):
@@ -59,7 +71,7 @@ def test_table_ratios_are_against_the_trl_run_of_the_same_shape():
     unsloth = lines["(b) Unsloth bf161"].split("|")
     assert unsloth[10].strip() == "2.00" and unsloth[11].strip() == "5.00"  # step 4/2, gen 5000/1000
     assert unsloth[13].strip() == "50.00"  # 5000 of a 10000 tok/s floor
-    two_gpu = lines["(a) TRL+PEFT bf162"].split("|")
+    two_gpu = lines["(a) TRL+PEFT bf16, HF generate2"].split("|")
     assert two_gpu[10].strip() == "1.00"  # its own (a) row exists: the 2-GPU baseline is itself
     assert "failed" in lines["(d) Unsloth bf16, vLLM fast_inference1"]
 
@@ -207,14 +219,14 @@ def test_rollouts_keep_the_cache_only_on_plain_hf_generation(monkeypatch):
 
 def test_instrumented_rollouts_generate_with_the_kv_cache_under_gradient_checkpointing(monkeypatch):
     """A real (random, small) Qwen3 with LoRA in training mode with checkpointing on, as TRL leaves it."""
-    from collections import defaultdict
     from types import SimpleNamespace
 
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from grpo_playground.training.rollouts import instrument_rollouts
+    from grpo_playground.training.rollouts import instrument_grpo
+    from grpo_playground.step_timing import StepTimer
 
     torch.manual_seed(0)
     config = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -233,12 +245,13 @@ def test_instrumented_rollouts_generate_with_the_kv_cache_under_gradient_checkpo
     def rollout(prompts, slow):
         monkeypatch.setenv(SLOW_ROLLOUTS_ENV, "1" if slow else "0")
         trainer = SimpleNamespace(model=model, args=SimpleNamespace(gradient_checkpointing_kwargs=None),
-                                  use_vllm=False, _metrics={"train": defaultdict(list)},
-                                  _generate_single_turn=generate_single_turn)
-        instrument_rollouts(trainer, "trl")
+                                  use_vllm=False, _generate_single_turn=generate_single_turn)
+        timer = StepTimer()
+        instrument_grpo(trainer, "trl", timer)
         seen.clear()
+        timer.begin_step()
         ids, _ = trainer._generate_single_turn(prompts)
-        return ids, list(seen), trainer._metrics["train"]
+        return ids, list(seen), timer.end_step()
 
     prompts = torch.randint(0, 64, (2, 5))
     with torch.no_grad():  # the reference: no cache at all, every step recomputes the whole sequence
@@ -251,7 +264,7 @@ def test_instrumented_rollouts_generate_with_the_kv_cache_under_gradient_checkpo
     assert slow_lengths == fast_lengths == [5, 1, 1, 1, 1, 1]  # generate feeds one new token per step either way
     assert fast_ids == reference  # with the cache kept, the same tokens as the full recompute
     assert slow_ids != reference  # TRL's default: layers drop the cache, tokens lose their context
-    assert metrics["rollout/tokens"] == [12.0] and metrics["rollout/seconds"][0] > 0
+    assert metrics["rollout/tokens"] == 12.0 and metrics["timing/rollout_s"] > 0
     assert model.is_gradient_checkpointing and model.training  # training keeps checkpointing
 
 

@@ -7,8 +7,8 @@ import pytest
 
 from grpo_playground.models import MODELS, gguf_path
 from grpo_playground.rewards import score_group
-from grpo_playground.serving import LLAMA_CPP, POOL, ChatTarget
-from grpo_playground.ui.chat_tab import MAX_INPUT_CHARS, for_display, score_table
+from grpo_playground.serving import LLAMA_CPP, POOL, VLLM, ChatTarget
+from grpo_playground.ui.chat_tab import MAX_INPUT_CHARS, checkpoint_settings, fold_tags, for_display, score_table
 
 SMOLLM2_KEY = ChatTarget(LLAMA_CPP, str(gguf_path(MODELS["smollm2-135m"]))).key
 FORMATTED = "12 + 7 = 19<end_working_out><SOLUTION>19</SOLUTION>"
@@ -122,3 +122,88 @@ def test_two_checkpoints_side_by_side_through_llamacpp(client, tmp_path, monkeyp
     bot_1, bot_2, _, scores, notes = final[:5]
     assert text_of(bot_1[-1]).strip() and text_of(bot_2[-1]).strip() and notes == ""
     assert "smollm2-135m" in scores and "tiny.q8_0.gguf" in scores
+
+
+def test_the_pickers_list_only_what_this_machine_can_run():
+    """No GPU here: the registry's vLLM entries are left out of the pickers (they were 9 of 13), and the backends
+    line says how many and why; the GGUF models llama.cpp serves stay."""
+    from grpo_playground.serving import VLLM, discover_targets, vllm_unavailable_reason
+    from grpo_playground.ui.chat_tab import backends_status, target_choices
+
+    assert vllm_unavailable_reason() is not None, "this test expects a machine without vLLM"
+    hidden = [t for t in discover_targets() if t.backend == VLLM]
+    assert hidden, "the registry lists vLLM models"
+    listed = [key for _, key in target_choices() if key]
+    assert SMOLLM2_KEY in listed
+    assert not {t.key for t in hidden} & set(listed)
+    assert f"({len(hidden)} checkpoint(s) it would serve are not listed)" in backends_status()
+
+
+def test_a_runs_checkpoint_is_shown_and_scored_with_its_own_tags_and_weights(tmp_path, monkeypatch):
+    """A run trained with <think>/<answer> tags and its own weights: its export's GGUF (llama.cpp) and its LoRA
+    folder (vLLM) are scored with those, not with the defaults (which would find no SOLUTION tag at all)."""
+    from pathlib import Path
+
+    from grpo_playground.config import apply_overrides, load_recipe, save_recipe
+    from grpo_playground.run_layout import RECIPE_FILE, adapter_dir, export_dir
+
+    run = tmp_path / "20260101-000000-think-abcd"
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "tiny-cpu.yaml"
+    save_recipe(apply_overrides(load_recipe(recipe), [
+        "rewards.tags={reasoning_start: '<think>', reasoning_end: '</think>', solution_start: '<answer>', "
+        "solution_end: '</answer>'}", "rewards.weights={check_answer: 2.0, check_numbers: 1.0}"]), run / RECIPE_FILE)
+    gguf = export_dir(run, "grpo") / "run-grpo.q8_0.gguf"
+    gguf.parent.mkdir(parents=True)
+    gguf.write_bytes(b"GGUF")
+    adapter_dir(run, "grpo").mkdir()
+    reply = "12 + 7 = 19</think><answer>19</answer>"
+    for target in (ChatTarget(LLAMA_CPP, str(gguf)), ChatTarget(VLLM, "tiny", str(adapter_dir(run, "grpo")))):
+        tags, weights = checkpoint_settings(target)
+        assert (tags.reasoning_start, tags.solution_start) == ("<think>", "<answer>")
+        assert weights == {"check_answer": 2.0, "check_numbers": 1.0}
+        assert for_display(reply, tags) == "<think>" + reply
+        table = score_table(["run"], [reply], "19", ["check_answer"], [(tags, weights)])
+        own = score_group([reply], "19", {"check_answer": 2.0}, tags, scale="none").completions[0].total
+        assert "| 19 |" in table and f"**{own:g}**" in table and own > 0
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))  # where the chat tab finds the GGUF
+    assert fold_tags(ChatTarget(LLAMA_CPP, str(gguf)).key) == [("<think>", "</think>")]  # its bubble folds those
+    assert fold_tags(SMOLLM2_KEY) == fold_tags(None) == [("<start_working_out>", "<end_working_out>")]
+    # the same reply under the defaults: no SOLUTION match, the no-match score
+    assert "| plain | (none) | -2 | **-2** |" in score_table(["plain"], [reply], "19", ["check_answer"])
+    assert checkpoint_settings(ChatTarget(LLAMA_CPP, SMOLLM2_KEY.split("|")[1]))[0].solution_start == "<SOLUTION>"
+
+
+def test_side_by_side_replies_stream_at_the_same_time(tmp_path, monkeypatch):
+    """Two checkpoints are asked concurrently, each its own llama.cpp server: both requests are in flight at once
+    (the first-hour report saw one model answer after the other). Measured on the requests, not on the tokens:
+    on 2 shared cores one server's prompt processing can delay its first token past the other's whole reply."""
+    import time
+
+    from grpo_playground.serving import discover_targets
+    from grpo_playground.ui import chat_tab
+
+    exports = tmp_path / "exports"
+    exports.mkdir()
+    (exports / "twin.gguf").symlink_to(gguf_path(MODELS["smollm2-135m"]))  # a second file: a second server
+    monkeypatch.setenv("GRPO_PLAYGROUND_EXPORTS_DIR", str(exports))
+    twin_key = next(t.key for t in discover_targets() if t.label.endswith("twin.gguf"))
+    in_flight: dict[str, list[float]] = {}  # server url -> [request sent, reply finished]
+    real_stream = chat_tab.stream_chat
+
+    def timed_stream(base_url, *args, **kwargs):
+        in_flight[base_url] = [time.monotonic()]
+        yield from real_stream(base_url, *args, **kwargs)
+        in_flight[base_url].append(time.monotonic())
+
+    try:
+        # start both servers first: what is measured below is the requests, not the servers' start-up
+        list(chat_tab.chat("Hi", "", SMOLLM2_KEY, twin_key, "", 0.0, 0.95, 1, "Answer briefly.", [], None))
+        monkeypatch.setattr(chat_tab, "stream_chat", timed_stream)
+        final = list(chat_tab.chat("Count from one to ten in words.", "", SMOLLM2_KEY, twin_key, "", 0.0, 0.95, 32,
+                                   "Answer briefly.", [], None))[-1]
+        assert text_of(final[0][-1]).strip() and text_of(final[1][-1]).strip()
+        (a_sent, a_done), (b_sent, b_done) = in_flight.values()
+        assert a_sent < b_done and b_sent < a_done, f"one request waited for the other: {in_flight}"
+        assert abs(a_sent - b_sent) < 0.5, f"the requests were sent {abs(a_sent - b_sent):.2f} s apart"
+    finally:
+        POOL.stop_all()

@@ -108,3 +108,25 @@ def test_data_cli_reports_the_models_prompt():
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "<SOLUTION>                1  '<SOLUTION>'  -> one token" in proc.stdout  # tiny knows the tags
     assert "<|im_start|>assistant\n<start_working_out>\nassistant prefix" in proc.stdout
+
+
+def test_run_template_supplies_the_system_prompt_only_when_a_conversation_has_none(qwen3):
+    from grpo_playground.data.chat_template import run_template
+    from grpo_playground.tags import system_prompt
+
+    served = run_template(qwen3.chat_template, DEFAULT_TAGS, prefill_reasoning=True)
+    user = [{"role": "user", "content": "What is 2 + 3?"}]
+
+    def render(messages, template=served):
+        return qwen3.apply_chat_template(messages, chat_template=template, tokenize=False, add_generation_prompt=True,
+                                         enable_thinking=False)
+
+    # a bare client's conversation renders exactly as training rendered it with the recipe's system prompt
+    trained = render_prompt(qwen3, [{"role": "system", "content": system_prompt()}] + user)
+    assert render(user) == trained
+    own = render([{"role": "system", "content": "Be brief."}] + user)
+    assert own.startswith("<|im_start|>system\nBe brief.<|im_end|>") and "You are given a problem" not in own
+    assert own.endswith(ASSISTANT + EMPTY_THINK + "<start_working_out>")
+    # applied twice, nothing is doubled; without prefill the template stops at the assistant header
+    assert render(user, run_template(served)) == trained
+    assert render(user, run_template(qwen3.chat_template, prefill_reasoning=False)).endswith(ASSISTANT + EMPTY_THINK)

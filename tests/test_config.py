@@ -15,6 +15,7 @@ from grpo_playground.config import (
     RunConfig,
     apply_overrides,
     config_from_dict,
+    config_to_dict,
     load_recipe,
     save_recipe,
 )
@@ -34,7 +35,7 @@ def test_shipped_recipe_round_trips(path, tmp_path):
     cfg = load_recipe(path)
     save_recipe(cfg, tmp_path / "again.yaml")
     assert load_recipe(tmp_path / "again.yaml") == cfg
-    assert RunConfig.from_dict(cfg.to_dict()) == cfg
+    assert config_from_dict(config_to_dict(cfg)) == cfg
 
 
 def test_shipped_recipes_exist():

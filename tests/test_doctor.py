@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_playground.training.doctor import Thresholds, diagnose, diagnose_crash
+from grpo_playground.doctor import Thresholds, diagnose, diagnose_crash
 
 FIXTURES = Path(__file__).parent / "fixtures" / "metrics"
 
@@ -169,7 +169,7 @@ def test_crash_texts(text, rule):
 
 
 def test_doctor_does_not_import_torch():
-    code = "import sys, grpo_playground.training.doctor; print('torch' in sys.modules)"
+    code = "import sys, grpo_playground.doctor; print('torch' in sys.modules)"
     src = str(Path(__file__).resolve().parents[1] / "src")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONPATH": src})
     assert out.stdout.strip() == "False"

@@ -7,11 +7,12 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from grpo_playground.eval import score_completion, summarize
+from grpo_playground.eval import grade_completion, summarize
 from grpo_playground.tags import Tags
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,19 +38,19 @@ WORK = "so 6 * 7 = 42 apples.<end_working_out>"
     ],
 )
 def test_score_completion(text, answer, in_format, correct, lenient, rechecks):
-    score = score_completion(text, answer)
+    score = grade_completion(text, answer)
     assert (score.in_format, score.correct, score.lenient_correct, score.rechecks) == (in_format, correct, lenient, rechecks)
 
 
 def test_score_with_custom_tags():
     tags = Tags("<think>", "</think>", "<answer>", "</answer>")
-    assert score_completion("x</think><answer>7</answer>", "7", tags).correct
-    assert not score_completion(WORK + "<SOLUTION>7</SOLUTION>", "7", tags).in_format
+    assert grade_completion("x</think><answer>7</answer>", "7", tags).correct
+    assert not grade_completion(WORK + "<SOLUTION>7</SOLUTION>", "7", tags).in_format
 
 
 def test_summarize_rates_standard_errors_and_levels():
     texts = [WORK + "<SOLUTION>42</SOLUTION>", WORK + "<SOLUTION>41</SOLUTION>", "42", "nothing"]
-    scores = [score_completion(t, "42", n_tokens=n) for t, n in zip(texts, (10, 20, 30, 40))]
+    scores = [grade_completion(t, "42", n_tokens=n) for t, n in zip(texts, (10, 20, 30, 40))]
     summary = summarize(scores, levels=[1, 1, 2, None])
     assert summary["n"] == 4
     assert summary["format_rate"] == 0.5 and summary["format_rate_se"] == 0.25  # sqrt(.5 * .5 / 4)
@@ -130,7 +131,7 @@ def test_reproducible_and_checkpoints_differ(tiny, adapter_run):
     from grpo_playground.eval import evaluate, summary_line
 
     def numbers(result):
-        return {k: v for k, v in summary_line(result).items() if k not in ("seconds", "model", "settings")}
+        return {k: v for k, v in summary_line(result).items() if k not in ("seconds", "generate_seconds", "model", "settings")}
 
     first, second = evaluate(tiny, **EVAL_ARGS), evaluate(tiny, **EVAL_ARGS)
     assert numbers(first) == numbers(second)
@@ -144,22 +145,72 @@ def test_reproducible_and_checkpoints_differ(tiny, adapter_run):
     assert [c["text"] for c in other["completions"]] != [c["text"] for c in first["completions"]]
 
 
-def test_eval_panel_runs_children_and_compares(tiny, adapter_run, monkeypatch):
+def test_eval_panel_runs_a_background_job_and_compares(tiny, adapter_run, monkeypatch):
+    """The panel starts one child process for all checkpoints and returns at once; its state comes back from disk
+    (so a closed browser loses nothing), and the table and chart list every saved result, rates in percent."""
     monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(adapter_run.parent))
     from grpo_playground.eval import results as store
-    from grpo_playground.ui.eval_panel import run_evals
+    from grpo_playground.jobs.evals import eval_job_state
+    from grpo_playground.ui.eval_panel import refresh, run_evals
 
     choices = dict(store.list_checkpoints())
     sft = choices[f"{adapter_run.name}/sft"]
     assert choices["tiny"] == "tiny"
     with pytest.raises(ValueError, match="neither a registry model"):
         store.check_checkpoint("/etc")
-    updates = list(run_evals(["tiny", sft], "generator:test", 4, 4, 24, ""))
-    status, log, table, chart = updates[-1]
+    started = time.monotonic()
+    status = run_evals(["tiny", sft], "generator:test", 4, 4, 24, "")
+    assert time.monotonic() - started < 10 and "Evaluating" in status  # a job, not a request held open
+    with pytest.raises(Exception, match="already running"):
+        run_evals(["tiny"], "generator:test", 4, 4, 24, "")
+    deadline = time.monotonic() + 400
+    while eval_job_state()["state"] == "running" and time.monotonic() < deadline:
+        time.sleep(1)
+    status, log, table, chart, shown = refresh("generator:test", None)
     assert "tiny: done" in status and f"{adapter_run.name}/sft: done" in status, log
     assert sorted(table["checkpoint"]) == sorted(["tiny", f"{adapter_run.name}/sft"])
+    assert table["accuracy %"].between(0, 100).all() and "format_rate %" in table.columns
     assert set(chart["metric"]) == set(store.CHART_METRICS) and len(chart) == 8
     assert len(store.load_results()) == 2  # saved as files: they survive the browser and the app
+    again = refresh("generator:test", shown)
+    assert all(isinstance(x, dict) and x.get("__type__") == "update" for x in again[2:4])  # nothing new: not re-sent
+
+
+def test_a_stopped_evaluation_job_ends_its_whole_chain(tiny, tmp_path, monkeypatch):
+    """Stop ends the running child and the checkpoints still waiting (one process group), and says so."""
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
+    from grpo_playground.jobs.evals import eval_job_state, start_eval_job, stop_eval_job
+    from grpo_playground.run_layout import read_json
+
+    def evaluating() -> list[int]:
+        """Processes evaluating into this test's folder (found by their command line, whatever their group)."""
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and b"pipelines.eval" in (entry / "cmdline").read_bytes() \
+                        and str(tmp_path).encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                pass  # ended meanwhile
+        return found
+
+    start_eval_job(["tiny", "tiny"], "generator:test", 2000, 4, 256)
+    pid = read_json(tmp_path / "evals" / "eval_job.json")["pid"]
+    assert [i["state"] for i in eval_job_state()["items"]] == ["running", "pending"]
+    deadline = time.monotonic() + 60
+    while len(evaluating()) < 3 and time.monotonic() < deadline:  # sh, timeout, the evaluation itself
+        time.sleep(0.2)
+    assert stop_eval_job().startswith(f"Stopped the evaluation (pid {pid})")
+    deadline = time.monotonic() + 30
+    while eval_job_state()["state"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    state = eval_job_state()
+    assert state["state"] == "stopped" and [i["state"] for i in state["items"]] == ["stopped", "stopped"]
+    assert stop_eval_job() == "No evaluation is running."
+    deadline = time.monotonic() + 30
+    while evaluating() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not evaluating(), f"left running after Stop: {evaluating()}"
 
 
 def test_panel_module_does_not_import_torch():
@@ -178,5 +229,36 @@ def test_eval_results_api_through_the_app(app_url):
     (store.evals_dir() / "20260101-000000-tiny.json").write_text(json.dumps(saved))
     (store.evals_dir() / "20260101-000001-broken.json").write_text("{half a file")
     listed = Client(app_url, verbose=False).predict(api_name="/eval_results")
-    assert [r["file"] for r in listed] == ["20260101-000000-tiny.json"]  # the unreadable file is left out
-    assert listed[0]["accuracy"] == 0.5 and "completions" not in listed[0]
+    mine = [r for r in listed if r["file"].startswith("20260101-")]  # the session's app also holds other tests' results
+    assert [r["file"] for r in mine] == ["20260101-000000-tiny.json"]  # the unreadable file is left out
+    assert mine[0]["accuracy"] == 0.5 and "completions" not in mine[0]
+
+
+def test_backends_stop_at_the_templates_end_of_turn(tiny):
+    from grpo_playground.eval.generation import end_of_turn_ids
+    from grpo_playground.models import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny)
+    assert tokenizer.convert_tokens_to_ids("<|im_end|>") in end_of_turn_ids(tokenizer)
+
+
+def test_eval_speed_times_each_backend_through_the_eval_cli(tiny, tmp_path):
+    """benchmarks.eval_speed's plumbing on CPU: a real transformers eval is timed; vLLM (no GPU here) fails with
+    its reason kept in the log; a backend past its time limit is stopped and reported."""
+    from benchmarks import eval_speed
+
+    out = tmp_path / "speed.json"
+    code = eval_speed.main(["--out", str(out), "--model", tiny, "--n", "4", "--max-new-tokens", "16",
+                            "--backends", "transformers", "vllm", "--timeout-s", "240"])
+    summary = json.loads(out.read_text())
+    transformers, vllm = summary["backends"]
+    assert code == 1  # not every backend finished
+    assert transformers["exit_code"] == 0 and transformers["n"] == 4
+    assert 0 < transformers["generate_seconds"] <= transformers["seconds"] <= transformers["wall_s"]
+    assert transformers["completions_per_s"] > 0 and Path(transformers["results"]).is_file()
+    assert vllm["exit_code"] == 2 and "vLLM backend cannot run here" in Path(vllm["log"]).read_text()
+    assert "times_slower_than_transformers" not in vllm and summary["same_completions"] is None
+
+    eval_speed.main(["--out", str(out), "--model", tiny, "--n", "4", "--backends", "transformers", "--timeout-s", "1"])
+    stopped = json.loads(out.read_text())["backends"][0]
+    assert stopped["error"] == "timed out" and stopped["exit_code"] is None

@@ -8,6 +8,7 @@ export it through the CLI, as a user would; conversions are done once per sessio
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -46,6 +47,48 @@ def make_lora_run(base: str, run_dir: Path) -> Path:
     tokenizer.save_pretrained(run_dir / "sft")
     # the shipped recipe prefills the opening reasoning tag, as training renders prompts
     shutil.copyfile(ROOT / "recipes" / ("smollm2.yaml" if base == "smollm2-135m" else "tiny-cpu.yaml"), run_dir / "recipe.yaml")
+    return run_dir
+
+
+FORMAT_QUESTIONS = {"Tom has 12 apples and buys 7 more. How many apples does he have now?": "12 + 7 = 19|19",
+                    "Sam has 3 boxes of 5 pens. How many pens does he have?": "3 * 5 = 15|15"}
+
+
+def make_format_run(run_dir: Path) -> Path:
+    """A tiny run whose sft/ LoRA answers like a real short SFT does: in the format when the recipe's system prompt
+    is in the prompt, in prose ("The answer is N.") when it is not (the issue's q4_k_m of a tiny-cpu run). Trained
+    on exactly those four conversations (rendered as training renders them, prefill on) until it recites them."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from grpo_playground.data.chat_template import render_prompt, turn_end
+    from grpo_playground.models import load_model_and_tokenizer
+    from grpo_playground.tags import system_prompt
+
+    torch.manual_seed(0)
+    model, tokenizer = load_model_and_tokenizer("tiny", dtype="float32", device="cpu")
+    model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"]))
+    rows = []
+    for question, solution in FORMAT_QUESTIONS.items():
+        working, answer = solution.split("|")
+        user = [{"role": "user", "content": question}]
+        rows.append((render_prompt(tokenizer, [{"role": "system", "content": system_prompt()}] + user),
+                     f"{working}<end_working_out><SOLUTION>{answer}</SOLUTION>"))
+        rows.append((render_prompt(tokenizer, user), f"{working}.\nThe answer is {answer}."))
+    batch = []
+    for prompt, completion in rows:
+        prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
+        completion_ids = tokenizer.encode(completion + turn_end(tokenizer), add_special_tokens=False)
+        batch.append((torch.tensor([prompt_ids + completion_ids]), torch.tensor([[-100] * len(prompt_ids) + completion_ids])))
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    for _ in range(60):
+        for ids, labels in batch:
+            model(input_ids=ids, labels=labels).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.save_pretrained(run_dir / "sft")
+    tokenizer.save_pretrained(run_dir / "sft")
+    shutil.copyfile(ROOT / "recipes" / "tiny-cpu.yaml", run_dir / "recipe.yaml")  # tags, prefill on
     return run_dir
 
 
@@ -99,12 +142,53 @@ def test_f16_gguf_and_base_plus_lora_adapter_decode_exactly_like_hf(exported_lor
 def test_the_recipes_prefill_is_baked_into_the_gguf_chat_template(exported_lora_run):
     from gguf import GGUFReader
 
+    from grpo_playground.tags import system_prompt
+
     _, out, _ = exported_lora_run
     report = json.loads((out / "export.json").read_text())
     assert report["prefill_reasoning"] is True
     field = GGUFReader(report["files"]["gguf_q4_k_m"]).fields["tokenizer.chat_template"]
     template = bytes(field.parts[field.data[0]]).decode()
     assert "<start_working_out>" in template and "add_generation_prompt" in template
+    assert json.dumps(system_prompt()) in template  # the run's system prompt, for conversations without one
+
+
+@pytest.fixture(scope="session")
+def exported_format_run(tmp_path_factory):
+    if not base_available("tiny"):
+        pytest.skip("assets/tiny is not built yet (python -m pipelines.build_tiny)")
+    run_dir = make_format_run(tmp_path_factory.mktemp("format-run"))
+    result = run_cli("--run", str(run_dir), "--gguf", "q4_k_m")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir / "export" / "sft"
+
+
+@pytest.mark.slow
+def test_the_exported_q4_k_m_answers_in_format_in_plain_llama_cpp_with_only_a_user_message(exported_format_run):
+    """Any GGUF client (llama-server, LM Studio, Ollama without the Modelfile) sends what the user typed: the
+    exported chat template must supply the run's system prompt and the prefill itself."""
+    from llama_cpp import Llama
+
+    from grpo_playground.data.tag_tokens import load_tokenizer_json
+
+    report = json.loads((exported_format_run / "export.json").read_text())
+    assert report["errors"] == [] and report["checks"]["answers_q4_k_m"]["in_format"] is True
+    assert report["checks"]["answers_q4_k_m"]["system_prompt_sent"] is False
+    llm = Llama(model_path=report["files"]["gguf_q4_k_m"], n_ctx=1024, n_threads=1, seed=0, verbose=False)
+    try:
+        for question, solution in FORMAT_QUESTIONS.items():
+            reply = llm.create_chat_completion([{"role": "user", "content": question}], max_tokens=48, temperature=0.0)
+            text = reply["choices"][0]["message"]["content"]
+            assert re.search(r"<SOLUTION>(.+?)</SOLUTION>", text), f"{question!r} -> {text!r}"
+            assert re.search(r"<SOLUTION>(.+?)</SOLUTION>", text).group(1) == solution.split("|")[1]
+            # Control: the same file prompted without the system prompt (what the template did before) answers in
+            # prose, so the format above comes from the template's default system prompt.
+            bare = f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n<start_working_out>"
+            prose = llm.create_completion(bare, max_tokens=48, temperature=0.0)["choices"][0]["text"]
+            assert "<SOLUTION>" not in prose and "The answer is" in prose, prose
+    finally:
+        llm.close()
+    assert load_tokenizer_json(exported_format_run / "merged")  # the HF tokenizer beside it carries the same template
 
 
 @pytest.mark.slow

@@ -30,7 +30,7 @@ from grpo_playground.jobs import (
     stop_run,
 )
 from grpo_playground.jobs.launcher import crash_reason
-from grpo_playground.jobs.runs import new_run_id, write_status
+from grpo_playground.run_layout import new_run_id, write_status
 
 
 @pytest.fixture
@@ -101,8 +101,8 @@ def test_crash_marks_failed_with_the_error_line(runs):
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n", 1, "lower grpo.num_generations"),
     # the last error wins over earlier ones (a retried step)
     ("KeyError: 'a'\nTraceback (most recent call last):\nTypeError: bad\n", 1, "TypeError: bad"),
-    # SIGKILL without an error line: usually the OOM killer
-    ("step 3\n", -9, "killed by SIGKILL (often the kernel's out-of-memory killer)"),
+    # SIGKILL without an error line, and no OOM count to go by: only what is known
+    ("step 3\n", -9, "killed by SIGKILL"),
     ("", 3, "exited with code 3: see log.txt"),
 ])
 def test_crash_reason(tmp_path, log, rc, expected):
@@ -222,28 +222,32 @@ def test_status_is_written_atomically(runs):
     assert not list(run_dir.glob(".*tmp"))
 
 
-def test_export_state_is_read_back_from_its_log(tmp_path):
-    from grpo_playground.jobs.exports import EXPORT_JOB, EXPORT_LOG, MARKER, export_state
+def test_export_state_is_read_back_from_export_json(tmp_path):
+    from grpo_playground.jobs.exports import export_state
+    from grpo_playground.run_layout import EXPORT_JOB, EXPORT_RESULT, export_dir
 
     assert export_state(tmp_path)["state"] == "none"
-    gguf = tmp_path / "tiny.q4_k_m.gguf"
+    result_file = export_dir(tmp_path, "grpo") / EXPORT_RESULT
+    result_file.parent.mkdir(parents=True)
+    gguf = result_file.parent / "tiny.q4_k_m.gguf"
     gguf.write_bytes(b"GGUF")
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()
-    (tmp_path / EXPORT_JOB).write_text(json.dumps({"pid": ended.pid}))
-    log = tmp_path / EXPORT_LOG
-    # an earlier failed attempt, then a good one: only the latest attempt counts
-    log.write_text(f"{MARKER} 1\nexport failed: no adapter\n{MARKER} 2\n[export] PROBLEM: q4 answer off\n"
-                   f"[export] done in 12 s\n{gguf}\n")
+    (tmp_path / EXPORT_JOB).write_text(json.dumps({"pid": ended.pid, "started": 100.0, "result": str(result_file)}))
+    # no export.json, or an earlier attempt's: this attempt ended without a result
+    assert export_state(tmp_path)["state"] == "failed"
+    result_file.write_text(json.dumps({"state": "finished", "started": 50.0, "files": {"gguf_q4_k_m": str(gguf)}}))
+    assert "without a result" in export_state(tmp_path)["reason"]
+    result_file.write_text(json.dumps({"state": "finished", "started": 101.0, "errors": ["q4 answer off"],
+                                       "files": {"gguf_q4_k_m": str(gguf), "merged": str(gguf.parent)}}))
     state = export_state(tmp_path)
     assert (state["state"], state["files"], state["problems"]) == ("finished", [str(gguf)], ["q4 answer off"])
-    with open(log, "a") as f:
-        f.write(f"{MARKER} 3\nTraceback (most recent call last):\nRuntimeError: quantize failed\n")
+    result_file.write_text(json.dumps({"state": "failed", "started": 101.0, "error": "RuntimeError: quantize failed"}))
     assert export_state(tmp_path) | {"log": ""} == {"state": "failed", "files": [], "problems": [],
                                                     "reason": "RuntimeError: quantize failed", "log": ""}
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        (tmp_path / EXPORT_JOB).write_text(json.dumps({"pid": sleeper.pid}))
+        (tmp_path / EXPORT_JOB).write_text(json.dumps({"pid": sleeper.pid, "result": str(result_file)}))
         assert export_state(tmp_path)["state"] == "running"
     finally:
         sleeper.kill()

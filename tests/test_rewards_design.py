@@ -58,3 +58,15 @@ def test_probes_use_the_current_tags():
     tags = Tags(reasoning_end="</think>", solution_start="<answer>", solution_end="</answer>")
     report = check_design(DEFAULT_WEIGHTS, tags)
     assert report.totals["correct"] == 10.0 and report.totals["runs_on"] == -2.0
+
+
+def test_a_correct_answer_with_its_unit_scoring_below_a_wrong_number_is_flagged():
+    # check_answer alone: "42 apples" for 42 is no number to compare, -4.5, below a clean wrong "13" (-2.5)
+    report = check_design({"check_answer": 1.0})
+    assert report.totals["correct_with_unit"] < report.totals["wrong"]
+    assert any(f.severity == "warning" and "'42 apples' for 42" in f.message and "check_numbers" in f.message
+               for f in report.findings)
+    # check_numbers reads the 42 inside the answer: right-with-a-unit then beats wrong, nothing to flag
+    fixed = check_design(STRICT_SET)
+    assert fixed.totals["correct_with_unit"] > fixed.totals["wrong"]
+    assert not any("'42 apples'" in f.message for f in fixed.findings)

@@ -56,6 +56,11 @@ def test_score_endpoint_weights_are_named_after_the_registry(client):
     "text,answer,message",
     [
         ("x", "", "give the gold answer"),
+        # a gold answer the rewards cannot compare is refused with the fix, not blamed on the completions
+        (GROUP_TEXT, "eight", "written in words: write it in digits"),
+        (GROUP_TEXT, "abc", "is not a number: give the final answer in digits"),
+        (GROUP_TEXT, "8 apples", "carries words: give the number alone, 8"),
+        (GROUP_TEXT, "42\n---\n41", "2 gold answers for 3 completions"),
         (join_group(["x"] * (MAX_COMPLETIONS + 1)), "42", "65 completions in one request"),
     ],
 )
@@ -122,7 +127,7 @@ def _compute(code: str):
     from grpo_playground.tags import DEFAULT_TAGS
     from grpo_playground.ui.sandbox_tab import NAMES, compute
 
-    return compute(GROUP_TEXT, "42", ["check_answer"], "group", *DEFAULT_TAGS.as_list(), code, *[1.0] * len(NAMES))
+    return compute(GROUP_TEXT, "42", ["check_answer"], "group", *DEFAULT_TAGS.as_list(), code, "", *[1.0] * len(NAMES))
 
 
 def test_custom_reward_joins_the_table_when_the_owner_enabled_it(monkeypatch):
@@ -146,3 +151,35 @@ def test_custom_reward_failure_is_a_clear_error_and_off_means_off(monkeypatch):
     # disabled: an API caller who sends code is told so (and how the owner enables it); nothing runs
     with pytest.raises(RewardInputError, match=f"disabled on this server.*{ENABLE_ENV}=1"):
         _compute("def reward(completions, answer, **kwargs):\n    return [1.0] * len(completions)\n")
+
+
+def test_per_row_answers_of_an_upload_are_each_completions_gold(client, tmp_path):
+    """A JSONL file with one answer per row scores each completion against its own row's answer (it used the
+    first row's answer for all)."""
+    rows = [{"completion": f"{W}<SOLUTION>8</SOLUTION>", "answer": "8"},
+            {"completion": f"{W}<SOLUTION>12</SOLUTION>", "answer": "12"}]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    completions, answer = read_completions_file(path)
+    assert split_group(answer) == ["8", "12"]
+    table = client.predict(join_group(completions), answer, api_name="/score")
+    assert [r[1] for r in table["data"]] == [5.0, 5.0]  # check_answer: both exactly right
+    same = tmp_path / "same.jsonl"  # rows that agree (or leave it out) still give one answer for the group
+    same.write_text("\n".join(json.dumps(r) for r in [{"completion": "a", "answer": "7"}, {"completion": "b"}]))
+    assert read_completions_file(same) == (["a", "b"], "7")
+    partial = tmp_path / "partial.jsonl"
+    partial.write_text("\n".join(json.dumps(r) for r in [*rows, {"completion": "c"}]))
+    with pytest.raises(RewardInputError, match=r"completions \[3\] have no answer"):
+        read_completions_file(partial)
+
+
+@pytest.mark.parametrize("completions,fix", [
+    (["no tags, 42", "no tags either, 41"], "teach the format first: run SFT"),
+    ([f"{W}<SOLUTION>41</SOLUTION>"] * 3, "every completion gave the same answer: use problems nearer"),
+])
+def test_zero_variance_names_the_fix_before_the_reason(completions, fix):
+    from grpo_playground.ui.sandbox_render import render_report
+
+    report = render_report(score_group(completions, "42", {"check_answer": 1.0}), None, [])
+    assert f"**What to do:** {fix}" in report
+    assert report.index("What to do") < report.index("Why:")

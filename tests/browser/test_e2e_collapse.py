@@ -25,6 +25,7 @@ OVERRIDES = [
     f"name={RECIPE_NAME}", "sft.enabled=false", "data.n_grpo=128", "grpo.max_steps=200", "grpo.logging_steps=1",
     "grpo.save_steps=1000", "grpo.per_device_batch_size=16", "grpo.num_generations=4",
     "grpo.max_completion_length=48", "grpo.preflight_prompts=2", "tracking.swanlab=disabled",
+    "grpo.on_preflight_error=continue",  # spend the steps: the doctor must see the collapse too
 ]
 WAIT_MS = 240_000  # model load, pre-flight and the doctor's 3-row window, under load
 

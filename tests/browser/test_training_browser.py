@@ -16,10 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from test_e2e_flow import show_screen
+
 expect = pytest.importorskip("playwright.sync_api").expect
 
 RUN_ID = "20991231-235959-browser-0001"  # sorts first: the tab picks the newest run when none is active
-COMPLETIONS = ["<end_working_out><SOLUTION>42</SOLUTION>", "solution 41", "<SOLUTION>40</SOLUTION>"]
+# the second is long, as real completions are: it presses on the table's column widths
+COMPLETIONS = ["<end_working_out><SOLUTION>42</SOLUTION>", "solution 41 " + "because 6 x 7 = 41, then we check it. " * 4,
+               "<SOLUTION>40</SOLUTION>"]
 
 
 def write_run() -> Path:
@@ -54,6 +58,7 @@ def write_run() -> Path:
 
 def test_tab_reattaches_draws_and_opens_the_group_in_the_sandbox(page, screenshot):
     write_run()
+    show_screen(page, "2. Live run")
     run_box = page.locator("#training-run input")
     run_box.click()
     page.get_by_role("option", name=RUN_ID).click()
@@ -61,9 +66,22 @@ def test_tab_reattaches_draws_and_opens_the_group_in_the_sandbox(page, screensho
     progress.get_by_text(RUN_ID).wait_for()
     assert "finished" in progress.inner_text() and "10/10" in progress.inner_text()
     # charts are drawn (vega renders into a canvas or svg), the sample group and the doctor's finding shown
-    page.locator("#training-plot-0 canvas, #training-plot-0 svg").first.wait_for()
+    page.locator("#training-plot-0 svg.marks").wait_for()
     expect(page.locator("#training-samples")).to_contain_text("solution 41")
     assert "8.5" in page.locator("#training-samples").inner_text()
+    # reward names head their columns on one line (they wrapped one letter a line beside long completions)
+    lines = page.evaluate("""() => {
+        const walker = document.createTreeWalker(document.querySelector('#training-samples thead'), NodeFilter.SHOW_TEXT);
+        for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+            if (node.textContent.trim() === 'check_numbers') {
+                const range = document.createRange();
+                range.selectNodeContents(node);
+                return new Set([...range.getClientRects()].map((r) => Math.round(r.top))).size;
+            }
+        }
+        return -1;
+    }""")
+    assert lines == 1, f"the header check_numbers spans {lines} lines"
     expect(page.locator("#training-findings")).to_contain_text("raise max_completion_length")
     screenshot(page, "training-run")
 
@@ -83,8 +101,81 @@ def test_form_loads_a_shipped_recipe_and_names_a_bad_value(page):
     page.get_by_role("button", name="Load recipe").click()
     expect(page.locator("#cfg-run-name textarea, #cfg-run-name input").first).to_have_value("smollm2")
     expect(page.locator("#training-form-msg")).to_contain_text("Loaded recipes/smollm2.yaml")
+    page.locator("#cfg-section-grpo").get_by_role("button").first.click()  # sections start closed
     learning_rate = page.locator("#cfg-grpo-learning_rate input")
     learning_rate.fill("5")
     learning_rate.press("Enter")
     learning_rate.blur()
     expect(page.locator("#training-form-msg")).to_contain_text("grpo.learning_rate=5.0")
+
+
+SCREEN = {"width": 1280, "height": 800}  # a laptop: each of the tab's screens must fit without scrolling the page
+
+
+def outside_screen(page, selectors: list[str]) -> list[str]:
+    """The selectors whose element is not wholly inside the viewport of the unscrolled page."""
+    assert page.evaluate("window.scrollY") == 0
+    outside = []
+    for selector in selectors:
+        box = page.locator(selector).bounding_box()  # relative to the viewport; None when not shown
+        if box is None or box["y"] < 0 or box["y"] + box["height"] > SCREEN["height"]:
+            outside.append(f"{selector}: {box}")
+    return outside
+
+
+def test_each_screen_fits_a_laptop_and_steps_are_whole(browser, app_url, screenshot):
+    """Set up, live run and history are each one screen at 1280x800: their key items are in view without
+    scrolling (the form was one ~4,800-px page). The live charts label steps 1, 2, 3, never 1.2; the step-time
+    chart is a bar per step stacked by phase; a long completion does not stretch the sample table."""
+    from conftest import open_page
+
+    run = write_run()
+    with open(run / "metrics.jsonl", "a") as f:  # a few timed steps: the phases of each one stacked into a bar
+        for step in range(1, 4):
+            f.write(json.dumps({"stage": "grpo", "step": step, "timing/rollout_s": 2.0, "timing/rewards_s": 0.5,
+                                "timing/forward_backward_s": 1.0 + step, "timing/other_s": 0.25,
+                                "timing/step_s": 3.75 + step}) + "\n")
+    long_group = {"stage": "grpo", "step": 11, "prompt": "What is 6 x 7?", "answer": "42",
+                  "completions": ["<SOLUTION>42</SOLUTION>", "word " * 1500], "total": [1.0, -1.0],
+                  "advantages": [0.7, -0.7], "rewards": {"check_answer": [1.0, -1.0]}}
+    with open(run / "samples.jsonl", "a") as f:
+        f.write(json.dumps(long_group) + "\n")
+    context, page = open_page(browser, app_url)
+    try:
+        page.set_viewport_size(SCREEN)
+        page.locator("#training-cli").wait_for()
+        setup = ["#training-recipe", "#training-cli"]
+        assert outside_screen(page, setup + ["#training-start"]) == [], outside_screen(page, setup + ["#training-start"])
+
+        show_screen(page, "2. Live run")
+        page.locator("#training-run input").click()
+        page.get_by_role("option", name=RUN_ID).click()
+        page.locator("#training-progress").get_by_text(RUN_ID).wait_for()
+        page.locator("#training-plot-0 svg.marks").wait_for()
+        expect(page.locator("#training-findings")).to_contain_text("raise max_completion_length")
+        live = ["#training-run", "#training-progress", "#training-plot-0", "#training-plot-1", "#training-preflight",
+                "#training-findings"]
+        screenshot(page, "live-screen")
+        assert outside_screen(page, live) == [], outside_screen(page, live)
+        # whole steps on the x axis (10 steps logged: vega's default ticks were 1, 1.5, 2, ... or 1.2, 1.4)
+        x_axis = page.locator("#training-plot-0 svg g[aria-label^='X-axis']")
+        ticks = x_axis.locator(".role-axis-label text").all_text_contents()
+        assert ticks and all(t.isdigit() for t in ticks), ticks
+        assert len(set(ticks)) == len(ticks), ticks  # no "1" twice (a rounded 1.5)
+        # the step-time chart: one bar (a rect) per phase per step, stacked (3 steps x 4 phases logged)
+        page.locator("#training-plot-7 svg.marks").wait_for()
+        bars = page.locator("#training-plot-7 svg .mark-rect path")
+        assert bars.count() == 12, bars.count()
+        # a 7,500-character completion is clipped in its cell: the table scrolls in its own box, the page does not
+        table = page.locator("#training-samples")
+        expect(table).to_contain_text("word word")
+        assert table.bounding_box()["height"] < 500, table.bounding_box()
+
+        show_screen(page, "3. History and comparison")
+        row = page.locator("#training-history span.text").filter(has_text=RUN_ID).first
+        row.wait_for()
+        assert outside_screen(page, ["#training-history", "#training-compare"]) == []
+        row.click()  # a row opens the live screen on that run
+        expect(page.get_by_role("tab", name="2. Live run")).to_have_attribute("aria-selected", "true")
+    finally:
+        context.close()

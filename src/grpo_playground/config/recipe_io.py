@@ -6,6 +6,8 @@ dataclass fields (recipes/tiny-cpu.yaml). Unknown keys are errors that name the 
 
 from __future__ import annotations
 
+import functools
+import math
 import types
 import typing
 from dataclasses import fields
@@ -15,6 +17,11 @@ from grpo_playground.config.run_config import SECTIONS, ConfigError, RunConfig, 
 from grpo_playground.tags import Tags
 
 MAX_RECIPE_BYTES = 256 * 1024
+# A recipe has ~80 values two levels deep. Aliases can make a few hundred bytes expand into millions of nodes
+# (a "billion laughs"); deep nesting exhausts the parser's recursion. Both are refused before any object is built.
+MAX_YAML_NODES = 20_000
+MAX_YAML_DEPTH = 16
+MAX_ERROR_CHARS = 300  # a YAML error quotes the offending line: keep a stranger's text out of our messages
 
 
 def config_to_dict(cfg: RunConfig) -> dict:
@@ -112,9 +119,12 @@ def _coerce(path: str, value, hint):
         if isinstance(value, bool):
             raise ConfigError(path, value, "give a number")
         try:
-            return float(value)
-        except (TypeError, ValueError):
+            number = float(value)
+        except (TypeError, ValueError, OverflowError):
             raise ConfigError(path, value, "give a number, e.g. 2.0e-4") from None
+        if not math.isfinite(number):  # `.nan`, `.inf`, `1e999`: would pass every range check
+            raise ConfigError(path, value, "give a finite number (not NaN or infinity)")
+        return number
     if hint is str:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise ConfigError(path, value, "give text")
@@ -127,18 +137,98 @@ def _is_integral_text(value) -> bool:
 
 
 def load_recipe(path: str | Path) -> RunConfig:
-    import yaml
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"recipe {path} does not exist: pass a YAML file such as recipes/tiny-cpu.yaml")
     if path.stat().st_size > MAX_RECIPE_BYTES:
         raise ConfigError("recipe", str(path), f"file is larger than {MAX_RECIPE_BYTES // 1024} KiB: not a recipe")
+    return recipe_from_text(path.read_text(encoding="utf-8"), path.name)
+
+
+def recipe_from_text(text: str, source: str = "recipe") -> RunConfig:
+    """A RunConfig from recipe text (a file's, or what an API client sends), checked in memory like a file."""
+    return config_from_dict(safe_yaml(text, source) or {})
+
+
+def safe_yaml(text: str, source: str = "recipe"):
+    """yaml.safe_load with bounds: size, nesting depth and alias expansion are checked on the node graph
+    before any Python object is built. Errors quote no more than MAX_ERROR_CHARS of the input."""
+    import yaml
+
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_RECIPE_BYTES:
+        raise ConfigError("recipe", source, f"is larger than {MAX_RECIPE_BYTES // 1024} KiB: not a recipe")
+    loader = _bounded_loader()(text)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expanded_size(node)
+        return loader.construct_document(node)
     except yaml.YAMLError as exc:
-        raise ConfigError("recipe", str(path), f"is not valid YAML ({exc})") from None
-    return config_from_dict(data or {})
+        raise ConfigError("recipe", source, f"is not valid YAML: {_short(_yaml_problem(exc))}") from None
+    finally:
+        loader.dispose()
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + " ..."
+
+
+@functools.cache
+def _bounded_loader() -> type:
+    import yaml  # imported when first needed, as everywhere in this module
+
+    class BoundedLoader(yaml.SafeLoader):
+        """Refuses nesting deeper than MAX_YAML_DEPTH while composing (before recursion can run out)."""
+
+        depth = 0
+
+        def compose_node(self, parent, index):
+            self.depth += 1
+            try:
+                if self.depth > MAX_YAML_DEPTH:
+                    raise yaml.YAMLError(f"nesting deeper than {MAX_YAML_DEPTH} levels: a recipe is two levels deep")
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+    return BoundedLoader
+
+
+def _check_expanded_size(root) -> None:
+    """Count nodes as the constructed value would hold them (an alias counts its whole target each time),
+    memoised per node so counting itself stays linear; a cycle is refused too."""
+    import yaml
+
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise yaml.YAMLError("an alias refers to its own parent (a recursive structure): not a recipe")
+        active.add(key)
+        children = node.value if isinstance(node.value, list) else []
+        total = 1
+        for child in children:
+            total += sum(size(n) for n in child) if isinstance(child, tuple) else size(child)
+            if total > MAX_YAML_NODES:
+                raise yaml.YAMLError(f"more than {MAX_YAML_NODES:,} values once aliases are expanded: not a recipe")
+        active.discard(key)
+        sizes[key] = total
+        return total
+
+    size(root)
+
+
+def _yaml_problem(exc) -> str:
+    """Where and what, without the parser's file path: 'line 3, column 7: mapping values are not allowed here'."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"{where}{problem} (fix that line; keys are `section:` then indented `key: value`)"
 
 
 def dump_recipe(cfg: RunConfig) -> str:
@@ -158,15 +248,13 @@ def save_recipe(cfg: RunConfig, path: str | Path) -> Path:
 
 def apply_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
     """Apply `section.key=value` strings (values in YAML syntax), e.g. `grpo.max_steps=5` -> a new config."""
-    import yaml
-
     data = config_to_dict(cfg)
     for item in overrides:
         key, sep, raw = item.partition("=")
         section, dot, name = key.strip().partition(".")
         if not sep or (section != "name" and not dot):
             raise ConfigError("override", item, "write section.key=value, e.g. grpo.max_steps=5")
-        value = yaml.safe_load(raw)
+        value = safe_yaml(raw, "override")
         if section == "name":
             data["name"] = value
         elif section not in data:

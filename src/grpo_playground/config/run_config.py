@@ -2,11 +2,12 @@
 
 TRL style: every field carries `metadata={"help": ...}` (the Training tab builds its form from these), and
 `validate()` raises `ConfigError` naming the field, the value and a fix. Pure Python: the UI imports this.
-Defaults are the seed's numbers (../shared/notes/recipe.md) on the offline `tiny` model and the generator.
+Defaults are the seed's numbers (recipes/qwen3-8b.yaml, docs/training.md) on the offline `tiny` model and the generator.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from typing import Literal, Optional
 
@@ -17,6 +18,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 # Every loss TRL 1.14.2's GRPOTrainer implements (all verified to run on CPU, see platform.md).
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 SCALE_REWARDS = ("group", "batch", "none")
+PREFLIGHT_ERROR_ACTIONS = ("pause", "continue")
 SWANLAB_MODES = ("auto", "offline", "online", "local", "disabled")
 LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_restarts", "polynomial")
 OPTIMIZERS = ("adamw_8bit", "adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "paged_adamw_8bit")
@@ -28,7 +30,8 @@ class ConfigError(ValueError):
 
     def __init__(self, path: str, value, fix: str):
         self.path, self.value, self.fix = path, value, fix
-        super().__init__(f"{path}={value!r}: {fix}")
+        shown = repr(value)  # a stranger's value is quoted, never echoed whole
+        super().__init__(f"{path}={shown if len(shown) <= 120 else shown[:120] + ' ...'}: {fix}")
 
 
 def _help(text: str, **extra) -> dict:
@@ -41,6 +44,8 @@ def _check_choice(path: str, value, choices) -> None:
 
 
 def _check_range(path: str, value, low=None, high=None, fix: str = "") -> None:
+    if isinstance(value, float) and not math.isfinite(value):  # NaN compares False with every bound
+        raise ConfigError(path, value, "give a finite number (not NaN or infinity)")
     if (low is not None and value < low) or (high is not None and value > high):
         bounds = f"{'' if low is None else low} .. {'' if high is None else high}"
         raise ConfigError(path, value, f"must lie in {bounds}{'; ' + fix if fix else ''}")
@@ -61,8 +66,9 @@ class ModelConfig:
         "Longest prompt + completion the model is loaded for (Unsloth/vLLM context)."))
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = field(default="auto", metadata=_help(
         "Weights dtype: auto = bfloat16 on a GPU that supports it, float32 on CPU.", choices=DTYPES))
-    gpu_memory_utilization: float = field(default=0.7, metadata=_help(
-        "Share of GPU memory vLLM may reserve for generation (seed 0.7); lower it on out-of-memory."))
+    gpu_memory_utilization: Optional[float] = field(default=None, metadata=_help(
+        "Share of GPU memory vLLM reserves for rollouts. Empty = sized from the model, batch and lengths (weights, KV "
+        "cache of every row, 5 GiB of overhead); the seed sets 0.7. Lower it on out-of-memory."))
     fast_inference: bool = field(default=True, metadata=_help(
         "Generate GRPO rollouts with vLLM through Unsloth when vllm is installed (CUDA only)."))
     gradient_checkpointing: bool = field(default=True, metadata=_help(
@@ -75,8 +81,9 @@ class ModelConfig:
         _check_choice(f"{prefix}.backend", self.backend, BACKENDS)
         _check_choice(f"{prefix}.dtype", self.dtype, DTYPES)
         _check_range(f"{prefix}.max_seq_length", self.max_seq_length, 64, 131072)
-        _check_range(f"{prefix}.gpu_memory_utilization", self.gpu_memory_utilization, 0.05, 0.98,
-                     "the seed uses 0.7; lower it when vLLM runs out of memory")
+        if self.gpu_memory_utilization is not None:
+            _check_range(f"{prefix}.gpu_memory_utilization", self.gpu_memory_utilization, 0.05, 0.98,
+                         "leave it empty to size it from the model; the seed uses 0.7")
 
 
 @dataclass
@@ -210,6 +217,10 @@ class GRPOStage:
         "Exclude completions cut at max_completion_length from the loss (a guard against truncation hacking)."))
     preflight_prompts: int = field(default=4, metadata=_help(
         "Pre-flight: held-out prompts sampled (each num_generations times) and scored before GRPO starts."))
+    on_preflight_error: str = field(default="pause", metadata=_help(
+        "When the pre-flight says ERROR (GRPO would see no signal): pause before GRPO (the run stops; Resume, or "
+        "--resume, runs GRPO anyway) or continue (spend the steps, e.g. to watch the collapse).",
+        choices=PREFLIGHT_ERROR_ACTIONS))
 
     def generation_batch(self, num_processes: int = 1) -> tuple[int, str]:
         """Per-device batch TRL accepts (its generation batch must divide by num_generations), and why it changed."""
@@ -235,6 +246,7 @@ class GRPOStage:
                      "GRPO compares completions within a group: it needs at least 2")
         _check_choice(f"{prefix}.loss_type", self.loss_type, LOSS_TYPES)
         _check_choice(f"{prefix}.scale_rewards", self.scale_rewards, SCALE_REWARDS)
+        _check_choice(f"{prefix}.on_preflight_error", self.on_preflight_error, PREFLIGHT_ERROR_ACTIONS)
         _check_range(f"{prefix}.epsilon", self.epsilon, 0.0, 1.0)
         _check_range(f"{prefix}.max_completion_length", self.max_completion_length, 8, 131072)
         _check_range(f"{prefix}.num_iterations", self.num_iterations, 1, 64)
@@ -269,10 +281,11 @@ class RewardSettings:
         if not any(w != 0 for w in self.weights.values()):
             raise ConfigError(f"{prefix}.weights", self.weights,
                               f"enable at least one reward with a non-zero weight, e.g. {_default_weights()}")
-        for name in self.weights:
+        for name, weight in self.weights.items():
             if name not in REWARDS:
                 raise ConfigError(f"{prefix}.weights", name,
                                   f"unknown reward{_did_you_mean(name, REWARDS)}; registered: {', '.join(REWARDS)}")
+            _check_range(f"{prefix}.weights.{name}", weight)
 
 
 @dataclass
@@ -328,18 +341,6 @@ class RunConfig:
                               f"must stay below model.max_seq_length ({self.model.max_seq_length}) to leave room "
                               "for the prompt: lower it or raise max_seq_length")
         return self
-
-    # The YAML round trip lives in recipe_io; these are the object-level doors the UI uses.
-    def to_dict(self) -> dict:
-        from grpo_playground.config.recipe_io import config_to_dict
-
-        return config_to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "RunConfig":
-        from grpo_playground.config.recipe_io import config_from_dict
-
-        return config_from_dict(data)
 
 
 def section_fields(section_cls) -> list[str]:

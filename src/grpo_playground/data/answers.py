@@ -42,6 +42,35 @@ def normalize_number(text: str) -> str | None:
     return f"{sign}{whole}.{frac}" if frac else f"{sign}{whole}"
 
 
+_FRACTION = re.compile(r"[+-]?\d+\s*/\s*\d+")
+_NUMBER_WORDS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+                 "sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred "
+                 "thousand million half quarter").split()
+
+
+def gold_answer_problem(text: str) -> str | None:
+    """Why `text` cannot be a gold answer the rewards compare against, with the fix; None when it can (a number,
+    a fraction such as 3/4, or a LaTeX expression such as \\frac{3}{4} for the equivalence reward).
+
+    >>> gold_answer_problem("1,600") is None, gold_answer_problem("\\\\frac{1}{2}") is None
+    (True, True)
+    >>> gold_answer_problem("8 apples")
+    "the gold answer '8 apples' carries words: give the number alone, 8 (the rewards compare numbers)"
+    """
+    value = text.strip()
+    if normalize_number(value) is not None or _FRACTION.fullmatch(value) or "\\" in value:
+        return None
+    numbers = re.findall(r"[+-]?\d[\d,]*(?:\.\d+)?", value)
+    if len(numbers) == 1:
+        return (f"the gold answer {value!r} carries words: give the number alone, {normalize_number(numbers[0])} "
+                "(the rewards compare numbers)")
+    words = [w for w in re.findall(r"[a-z]+", value.lower()) if w in _NUMBER_WORDS]
+    if words:
+        return f"the gold answer {value!r} is written in words: write it in digits (e.g. eight -> 8)"
+    return (f"the gold answer {value!r} is not a number: give the final answer in digits, e.g. 42 "
+            "(a fraction as 3/4, or LaTeX such as \\frac{3}{4})")
+
+
 def split_gsm8k_answer(answer: str) -> tuple[str, str]:
     """GSM8K `answer` field -> (worked solution without calculator annotations, raw final answer after ####).
 

@@ -10,16 +10,19 @@ trained on. Three facts decide that text, and this module makes each one explici
   prompt lacks (Qwen3 with thinking on inserts `<think>\\n\\n</think>\\n\\n`): `template_report` shows it.
 Training and eval therefore use plain strings built here: `prompt` (rendered) and `completion` (target + the
 template's own end-of-turn marker), so the trained text is exactly the generation text.
+A trained run is served (GGUF export, vLLM) with `run_template`: its template plus the run's system prompt when a
+conversation brings none, and the prefill, so any client prompts the model the way training did.
 
 Needs a transformers tokenizer (any object with `apply_chat_template` and `chat_template`); imports nothing heavy.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import asdict, dataclass, field
 
-from grpo_playground.tags import DEFAULT_TAGS, Tags
+from grpo_playground.tags import DEFAULT_TAGS, Tags, system_prompt
 
 _PROBE = "PROBE-ANSWER-7391"  # a stand-in assistant reply, unlikely to occur in any template
 
@@ -44,6 +47,41 @@ def render_prompt(
     if prefill_reasoning and not text.rstrip().endswith(tags.reasoning_start):
         text += tags.reasoning_start
     return text
+
+
+def with_prefill(template: str, tag: str) -> str:
+    """A Jinja chat template whose generation prompt ends with `tag`."""
+    return template + "{% if add_generation_prompt %}{{ " + json.dumps(tag) + " }}{% endif %}"
+
+
+def with_default_system(template: str, system: str) -> str:
+    """A Jinja chat template that puts `system` first when a conversation has no system message (the seed's
+    recipe wrote its system prompt into the template the same way). A conversation's own system message wins.
+    Plain Jinja (set, list +): transformers, llama-cpp-python, llama.cpp's server and vLLM all render it."""
+    default = "[{'role': 'system', 'content': " + json.dumps(system) + "}]"
+    return ("{%- if not messages or messages[0]['role'] != 'system' %}{%- set messages = " + default
+            + " + messages %}{%- endif %}" + template)
+
+
+def generation_prompt(template: str, messages: list[dict]) -> str:
+    """What `template` renders for `messages` with add_generation_prompt, in the sandbox transformers uses."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message):
+        raise ValueError(message)
+
+    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    return environment.from_string(template).render(messages=messages, add_generation_prompt=True, bos_token="",
+                                                    eos_token="", raise_exception=raise_exception)
+
+
+def run_template(template: str, tags: Tags = DEFAULT_TAGS, prefill_reasoning: bool = True) -> str:
+    """The chat template a trained run is served with: the run's system prompt when a conversation has none, and
+    (with prefill) the opening reasoning tag after the assistant header, unless the template already writes it."""
+    served = with_default_system(template, system_prompt(tags))
+    if prefill_reasoning and not generation_prompt(served, [{"role": "user", "content": "q"}]).rstrip().endswith(tags.reasoning_start):
+        served = with_prefill(served, tags.reasoning_start)
+    return served
 
 
 def turn_end(tokenizer, enable_thinking: bool = False) -> str:

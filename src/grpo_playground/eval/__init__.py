@@ -4,11 +4,12 @@
     result = evaluate("tiny", "generator:test", n=100)      # or: python -m pipelines.eval --model tiny ...
 """
 
-from grpo_playground.eval.backends import BACKENDS, Generation, make_backend
-from grpo_playground.eval.metrics import CompletionScore, score_completion, summarize
-from grpo_playground.eval.runner import evaluate, run_recipe_settings, summary_line
+from grpo_playground.eval.backends import BACKENDS, make_backend
+from grpo_playground.eval.generation import Generation
+from grpo_playground.eval.metrics import CompletionGrade, grade_completion, summarize
+from grpo_playground.eval.runner import evaluate, summary_line
 
 __all__ = [
-    "BACKENDS", "CompletionScore", "Generation", "evaluate", "make_backend", "run_recipe_settings",
-    "score_completion", "summarize", "summary_line",
+    "BACKENDS", "CompletionGrade", "Generation", "evaluate", "make_backend",
+    "grade_completion", "summarize", "summary_line",
 ]

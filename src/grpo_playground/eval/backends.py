@@ -2,30 +2,14 @@
 
 Every backend receives prompts already rendered by grpo_playground.data.chat_template, so all of them see the
 same text the model was trained on. A backend is any class with `generate(prompts, max_new_tokens)` returning
-`Generation`s, registered in BACKENDS; transformers runs everywhere (CPU or GPU). llama.cpp (GGUF) and vLLM
-(base + LoRA on a GPU) plug in here through the serving module.
+`Generation`s (eval.generation), registered in BACKENDS; transformers runs everywhere (CPU or GPU). llama.cpp (GGUF)
+and vLLM (base + LoRA on a GPU) are in eval.engine_backends; importing any of them is torch-free.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
-
-from grpo_playground.data.chat_template import turn_end
-
-
-@dataclass
-class Generation:
-    text: str  # decoded with skip_special_tokens, as TRL hands completions to the rewards
-    n_tokens: int  # generated tokens up to and including the end-of-turn token
-    truncated: bool  # hit max_new_tokens before ending the turn
-
-
-class Backend(Protocol):
-    name: str
-    tokenizer: object  # a transformers tokenizer: renders the chat template
-
-    def generate(self, prompts: list[str], max_new_tokens: int) -> list[Generation]: ...
+from grpo_playground.eval.engine_backends import LlamaCppBackend, VllmBackend
+from grpo_playground.eval.generation import Backend, Generation, end_of_turn_ids
 
 
 class TransformersBackend:
@@ -39,13 +23,8 @@ class TransformersBackend:
         self.model, self.tokenizer = load_model_and_tokenizer(model, dtype=dtype, device=device, trainable=False)
         self.model.eval()
         self.tokenizer.padding_side = "left"
-        # Stop at the end of the assistant turn as the chat template writes it (some GGUF conversions name
-        # another token as eos, e.g. SmolLM2's <|im_start|>), or at any eos the model's config lists.
         config_eos = self.model.generation_config.eos_token_id
-        eos = set(config_eos if isinstance(config_eos, list) else [config_eos]) | {self.tokenizer.eos_token_id}
-        end_ids = self.tokenizer.encode(turn_end(self.tokenizer), add_special_tokens=False)
-        if len(end_ids) == 1:
-            eos |= set(end_ids)
+        eos = set(config_eos if isinstance(config_eos, list) else [config_eos]) | end_of_turn_ids(self.tokenizer)
         self.eos_ids = sorted(i for i in eos if i is not None)
 
     def generate(self, prompts: list[str], max_new_tokens: int) -> list[Generation]:
@@ -72,9 +51,6 @@ class TransformersBackend:
             generations.append(Generation(text, len(ids), end is None and len(ids) >= max_new_tokens))
         return generations
 
-
-# llama.cpp (GGUF) and vLLM (base + LoRA, GPU) live with the chat servers; importing them is torch-free.
-from grpo_playground.serving.eval_backends import LlamaCppBackend, VllmBackend  # noqa: E402
 
 BACKENDS = {"transformers": TransformersBackend, "llama.cpp": LlamaCppBackend, "vllm": VllmBackend}
 

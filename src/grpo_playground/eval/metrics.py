@@ -26,7 +26,10 @@ RECHECK = re.compile(
 
 
 @dataclass
-class CompletionScore:
+class CompletionGrade:
+    """How one eval completion fares (right or wrong, in format or not); the rewards' per-function scores of a
+    completion are rewards.CompletionScore."""
+
     in_format: bool  # the strict pattern matched: what check_answer needs to score anything
     correct: bool  # in format AND the extracted answer equals the gold (after number normalization)
     lenient_correct: bool  # the last number anywhere in the text equals the gold
@@ -44,11 +47,11 @@ def last_number(text: str) -> str | None:
     return normalize_number(numbers[-1]) if numbers else None
 
 
-def score_completion(text: str, answer: str, tags: Tags = DEFAULT_TAGS, n_tokens: int = 0, truncated: bool = False) -> CompletionScore:
+def grade_completion(text: str, answer: str, tags: Tags = DEFAULT_TAGS, n_tokens: int = 0, truncated: bool = False) -> CompletionGrade:
     found = patterns_for(tags).strict_search(text).match
     guess = found.group(1).strip() if found else None
     correct = guess is not None and (guess == answer or normalize_number(guess) == answer)
-    return CompletionScore(
+    return CompletionGrade(
         in_format=found is not None,
         correct=correct,
         lenient_correct=last_number(text) == answer,
@@ -73,7 +76,7 @@ def _mean(values: list[float]) -> tuple[float, float]:
     return mean, math.sqrt(var / n)
 
 
-def summarize(scores: list[CompletionScore], levels: list[int | None] | None = None) -> dict:
+def summarize(scores: list[CompletionGrade], levels: list[int | None] | None = None) -> dict:
     """The metrics of a set of completions, each with its standard error (`<name>_se`)."""
     if not scores:
         raise ValueError("no completions to summarize")
@@ -89,7 +92,7 @@ def summarize(scores: list[CompletionScore], levels: list[int | None] | None = N
     mean, se = _mean([s.n_tokens for s in scores])
     out["mean_completion_tokens"], out["mean_completion_tokens_se"] = round(mean, 2), round(se, 2)
     if levels and any(level is not None for level in levels):
-        by_level: dict[int, list[CompletionScore]] = defaultdict(list)
+        by_level: dict[int, list[CompletionGrade]] = defaultdict(list)
         for score, level in zip(scores, levels):
             if level is not None:
                 by_level[level].append(score)

@@ -11,20 +11,12 @@ import sys
 import time
 from pathlib import Path
 
-from grpo_playground.jobs.runs import read_json, runs_dir
+from grpo_playground.run_layout import ADAPTER_CONFIG, EVALS_DIR, TRAINED_STAGES, adapter_dir, evals_dir, read_json, runs_dir
 
-EVALS_DIR = "evals"
-STAGES = ("sft", "grpo")
 CHART_METRICS = ("accuracy", "lenient_accuracy", "format_rate", "recheck_rate")
 TABLE_COLUMNS = ["checkpoint", "data", "n", "format_rate", "accuracy", "±", "lenient_accuracy", "mean_completion_tokens",
                  "recheck_rate", "seconds", "file"]
 MAX_RESULTS = 100
-
-
-def evals_dir() -> Path:
-    path = runs_dir() / EVALS_DIR
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def list_checkpoints() -> list[tuple[str, str]]:
@@ -34,14 +26,14 @@ def list_checkpoints() -> list[tuple[str, str]]:
     choices = [(name, name) for name in MODELS]
     runs = sorted((p for p in runs_dir().iterdir() if p.is_dir() and p.name != EVALS_DIR), reverse=True)
     for run in runs:
-        for stage in STAGES:
-            if _is_checkpoint(run / stage):
-                choices.append((f"{run.name}/{stage}", str(run / stage)))
+        for stage in TRAINED_STAGES:
+            if _is_checkpoint(adapter_dir(run, stage)):
+                choices.append((f"{run.name}/{stage}", str(adapter_dir(run, stage))))
     return choices
 
 
 def _is_checkpoint(path: Path) -> bool:
-    return (path / "adapter_config.json").is_file() or (path / "config.json").is_file()
+    return (path / ADAPTER_CONFIG).is_file() or (path / "config.json").is_file()
 
 
 def check_checkpoint(value: str) -> str:

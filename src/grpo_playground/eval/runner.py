@@ -1,37 +1,25 @@
 """`evaluate(model, data, n, ...)`: render prompts, generate greedily in batches, score, summarize.
 
 Runs in its own process (pipelines/eval.py), never in the UI. When the model is a run's adapter folder
-(runs/<id>/sft or runs/<id>/grpo), the run's recipe.yaml supplies the tags and the prefill setting it was trained
-with, so the eval prompt is the training prompt.
+(runs/<id>/sft or runs/<id>/grpo), the run's recipe supplies the tags and the prefill setting it was trained
+with (grpo_playground.run_layout.run_settings), so the eval prompt is the training prompt.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
 from grpo_playground.data import load_examples
 from grpo_playground.data.chat_template import render_prompt
 from grpo_playground.eval.backends import make_backend
-from grpo_playground.eval.metrics import score_completion, summarize
+from grpo_playground.eval.metrics import grade_completion, summarize
+from grpo_playground.run_layout import run_settings
 from grpo_playground.tags import DEFAULT_TAGS, Tags
 
 MAX_N = 10_000
 MAX_NEW_TOKENS = 4096
 MAX_BATCH = 512
-
-
-def run_recipe_settings(model: str) -> dict:
-    """Tags and prefill of the run a checkpoint folder belongs to ({} for registry names and plain folders)."""
-    path = Path(model)
-    recipe = next((p / "recipe.yaml" for p in (path, path.parent) if (p / "recipe.yaml").is_file()), None) if path.is_dir() else None
-    if recipe is None:
-        return {}
-    from grpo_playground.config import load_recipe
-
-    config = load_recipe(recipe)
-    return {"tags": config.rewards.tags, "prefill_reasoning": config.data.prefill_reasoning, "recipe": str(recipe)}
 
 
 def _check_bounds(n: int, batch_size: int, max_new_tokens: int) -> None:
@@ -61,9 +49,10 @@ def evaluate(
     (the recipe's tags, prefill on: the RunConfig default).
     """
     _check_bounds(n, batch_size, max_new_tokens)
-    from_run = run_recipe_settings(model)
-    tags = tags or from_run.get("tags", DEFAULT_TAGS)
-    prefill = from_run.get("prefill_reasoning", True) if prefill_reasoning is None else prefill_reasoning
+    from_run = run_settings(model)
+    tags = tags or (from_run.tags if from_run else DEFAULT_TAGS)
+    run_prefill = from_run.prefill_reasoning if from_run else True
+    prefill = run_prefill if prefill_reasoning is None else prefill_reasoning
     loaded = load_examples(data, n=n, tags=tags, seed=seed)
     examples = loaded.examples
     if not examples:
@@ -72,6 +61,7 @@ def evaluate(
 
     started = time.monotonic()
     engine = make_backend(backend, model, device=device, dtype=dtype)
+    engine_ready = time.monotonic()
     prompts = [render_prompt(engine.tokenizer, e["prompt"], tags, prefill, enable_thinking) for e in examples]
     # Batches of similar length waste less compute on padding; the order is fixed, so results are reproducible.
     order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), i))
@@ -82,11 +72,12 @@ def evaluate(
             generations[i] = generation
         log(f"eval: {min(start + batch_size, len(order))}/{len(order)} completions ({time.monotonic() - started:.0f} s)")
 
-    scores = [score_completion(g.text, e["answer"], tags, g.n_tokens, g.truncated) for g, e in zip(generations, examples)]
+    scores = [grade_completion(g.text, e["answer"], tags, g.n_tokens, g.truncated) for g, e in zip(generations, examples)]
     summary = summarize(scores, [e["level"] for e in examples])
     settings = {
         "backend": backend, "batch_size": batch_size, "max_new_tokens": max_new_tokens, "prefill_reasoning": prefill,
-        "enable_thinking": enable_thinking, "tags": tags.to_dict(), "seed": seed, "recipe": from_run.get("recipe"),
+        "enable_thinking": enable_thinking, "tags": tags.to_dict(), "seed": seed,
+        "recipe": str(from_run.recipe) if from_run else None,
     }
     completions = [
         {"problem": e["problem"], "answer": e["answer"], "level": e["level"], "text": g.text, **s.to_dict()}
@@ -94,7 +85,9 @@ def evaluate(
     ]
     return {
         "model": model, "data": data, **summary, "skipped": loaded.skipped,
-        "seconds": round(time.monotonic() - started, 1), "settings": settings, "example_prompt": prompts[0],
+        # seconds: model load + generation; generate_seconds: generation alone (vLLM's engine start is ~50 s)
+        "seconds": round(time.monotonic() - started, 1), "generate_seconds": round(time.monotonic() - engine_ready, 2),
+        "settings": settings, "example_prompt": prompts[0],
         "completions": completions,
     }
 

@@ -1,19 +1,16 @@
 """Export: LoRA merge, GGUF convert / quantize (llama.cpp's own tools, offline), Ollama Modelfile, hub push.
 
-Importing this package never imports torch: the UI calls `export_command` / `start_export` to run the
-export as a child process (`python -m pipelines.export`), which calls `export_run`.
+Importing this package never imports torch: the UI runs `export_command` as a child process
+(grpo_playground.jobs.exports.start_export), which calls `export_run`.
 """
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 from grpo_playground.export.gguf_files import GGUF_TYPES
-from grpo_playground.export.pipeline import RESULT_FILE, STAGES, export_run, exports_dir
-
-ROOT = Path(__file__).resolve().parents[3]
+from grpo_playground.export.pipeline import export_run
 
 
 def export_command(run_dir: str | Path | None = None, *, model: str | None = None, stage: str | None = None,
@@ -32,14 +29,4 @@ def export_command(run_dir: str | Path | None = None, *, model: str | None = Non
     return command
 
 
-def start_export(log_file: str | Path, **kwargs) -> subprocess.Popen:
-    """Start `export_command(**kwargs)` in its own session, output to log_file (never a pipe)."""
-    log = open(log_file, "ab")
-    try:
-        return subprocess.Popen(export_command(**kwargs), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-    finally:
-        log.close()
-
-
-__all__ = ["GGUF_TYPES", "RESULT_FILE", "STAGES", "export_command", "export_run", "exports_dir", "start_export"]
+__all__ = ["GGUF_TYPES", "export_command", "export_run"]

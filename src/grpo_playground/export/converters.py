@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from grpo_playground.child_process import python_child_env
+
 PINNED_VERSION = "0.3.36"  # requirements.txt
 CONVERTERS_ENV = "GRPO_PLAYGROUND_LLAMA_CPP_CONVERTERS"
 
@@ -45,8 +47,7 @@ def converters_dir() -> Path:
 
 def _run(kind: str, args: list[str], log: Path | None) -> None:
     command = [sys.executable, "-m", "grpo_playground.export.convert_runner", kind, str(converters_dir()), *args]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
-                                                                    os.environ.get("PYTHONPATH")]))}
+    env = python_child_env()
     result = subprocess.run(command, capture_output=True, text=True, timeout=CONVERT_TIMEOUT_S, env=env)
     if log is not None:
         with open(log, "a", encoding="utf-8") as handle:

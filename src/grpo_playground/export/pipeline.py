@@ -5,6 +5,7 @@ imports torch); the UI starts it through `export_command`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -12,19 +13,22 @@ import shutil
 import time
 from pathlib import Path
 
+from grpo_playground.data.chat_template import run_template
 from grpo_playground.export.gguf_files import check_types, write_lora_gguf, write_model_ggufs
 from grpo_playground.export.hub import push_folder
 from grpo_playground.export.modelfile import write_modelfile
+from grpo_playground.run_layout import (
+    ADAPTER_CONFIG,
+    EXPORT_LOG,
+    EXPORT_RESULT,
+    TRAINED_STAGES,
+    adapter_dir,
+    export_dir,
+    exports_dir,
+    run_settings,
+    write_json_atomic,
+)
 from grpo_playground.tags import DEFAULT_TAGS, Tags
-
-EXPORTS_DIR_ENV = "GRPO_PLAYGROUND_EXPORTS_DIR"
-STAGES = ("grpo", "sft")
-RESULT_FILE = "export.json"
-
-
-def exports_dir() -> Path:
-    """Where plain-model exports go (env GRPO_PLAYGROUND_EXPORTS_DIR, default ./exports)."""
-    return Path(os.environ.get(EXPORTS_DIR_ENV) or "exports").resolve()
 
 
 def _slug(text: str) -> str:
@@ -33,48 +37,36 @@ def _slug(text: str) -> str:
 
 def pick_stage(run_dir: Path, stage: str | None) -> str:
     """The stage whose adapter to export: the given one, else grpo when it exists, else sft."""
-    if stage is not None and stage not in STAGES:
-        raise ValueError(f"unknown stage {stage!r}: use one of {', '.join(STAGES)}")
-    for candidate in [stage] if stage else STAGES:
-        if (run_dir / candidate / "adapter_config.json").is_file():
+    if stage is not None and stage not in TRAINED_STAGES:
+        raise ValueError(f"unknown stage {stage!r}: use one of {', '.join(TRAINED_STAGES)}")
+    latest_first = tuple(reversed(TRAINED_STAGES))
+    for candidate in [stage] if stage else latest_first:
+        if (adapter_dir(run_dir, candidate) / ADAPTER_CONFIG).is_file():
             return candidate
-    present = [s for s in STAGES if (run_dir / s).is_dir()]
+    present = [s for s in latest_first if adapter_dir(run_dir, s).is_dir()]
     raise FileNotFoundError(
         f"{run_dir} has no {stage or 'grpo/ or sft/'} LoRA adapter (adapter_config.json); stages present: "
         f"{present or 'none'}: wait for the stage to finish, or pick another with --stage"
     )
 
 
-def _merged_model(adapter_dir: Path | None, model: str | None, target: Path, prefill: str | None = None):
+def _merged_model(adapter_dir: Path | None, model: str | None, target: Path, served: tuple[Tags, bool] | None = None):
     """Load base (+ adapter, merged into the weights) in float32, save it as a plain HF folder in target;
-    with `prefill`, the saved chat template ends its generation prompt with that tag."""
+    `served` (a run's tags and prefill) bakes the run's chat template (data.chat_template.run_template) into the
+    saved tokenizer, so every consumer of the GGUF (llama.cpp chat, llama-server, LM Studio) prompts the model as
+    training did, even when the client sends no system prompt."""
     from grpo_playground.models import load_model_and_tokenizer
 
     loaded, tokenizer = load_model_and_tokenizer(str(adapter_dir or model), dtype="float32", device="cpu", trainable=False)
     if adapter_dir is not None:
         loaded = loaded.merge_and_unload()
     loaded.eval()
-    if prefill:
-        add_prefill(tokenizer, prefill)
+    if served and tokenizer.chat_template:
+        tokenizer.chat_template = run_template(tokenizer.chat_template, *served)
     loaded.save_pretrained(target)
     tokenizer.save_pretrained(target)
     _fix_byte_level_decoder(target / "tokenizer.json")
     return loaded, tokenizer
-
-
-def add_prefill(tokenizer, tag: str) -> None:
-    """Training rendered prompts as template + opening tag (data.chat_template.render_prompt); bake the same
-    into the chat template, so every consumer of the GGUF (llama.cpp chat, Ollama) prompts identically."""
-    if not tokenizer.chat_template:
-        return
-    probe = tokenizer.apply_chat_template([{"role": "user", "content": "q"}], tokenize=False, add_generation_prompt=True)
-    if not probe.rstrip().endswith(tag):
-        tokenizer.chat_template = with_prefill(tokenizer.chat_template, tag)
-
-
-def with_prefill(template: str, tag: str) -> str:
-    """A Jinja chat template whose generation prompt ends with `tag` (no torch: vLLM serving uses it too)."""
-    return template + "{% if add_generation_prompt %}{{ " + json.dumps(tag) + " }}{% endif %}"
 
 
 def _base_with_tokenizer(base: Path, merged: Path, target: Path) -> Path:
@@ -107,6 +99,21 @@ def _fix_byte_level_decoder(tokenizer_json: Path) -> None:
         tokenizer_json.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
 
 
+@contextlib.contextmanager
+def _recorded(result_file: Path, result: dict):
+    """export.json says how the export goes, for the UI to read like training's status.json: "running" from the
+    start, then "finished" with the files and checks, or "failed" with the error (which is raised on)."""
+    write_json_atomic(result_file, result)
+    try:
+        yield
+    except BaseException as error:
+        result.update(state="failed", error=f"{type(error).__name__}: {error}"[:500])
+        write_json_atomic(result_file, result)
+        raise
+    result["state"] = "finished"
+    write_json_atomic(result_file, result)
+
+
 def export_run(
     run_dir: str | Path | None = None,
     *,
@@ -123,14 +130,15 @@ def export_run(
 ) -> dict:
     """Export a run's LoRA stage (or a plain model) and return the export.json content.
 
-    tags: None takes the run's recipe (its tags, and its prefill of the opening reasoning tag, which is then
-    written into the exported chat template so llama.cpp and Ollama prompt the model as training did).
+    tags: None takes the run's recipe. A run's export writes its chat template with the run's system prompt (used
+    when a conversation has none) and its prefill of the opening reasoning tag, so llama.cpp and Ollama prompt the
+    model as training did.
 
     Files in out_dir (default RUN_DIR/export/<stage>/ or exports/<model>/): `lora/` (the adapter),
     `merged/` (HF folder), `<name>.<type>.gguf` for each type (f16 always), with lora_gguf also
-    `<name>.lora.gguf` plus `<name>.base-f16.gguf` to run it on, `Modelfile`, `export.json`, `export.log`.
+    `<name>.lora.gguf` plus `<name>.base-f16.gguf` to run it on, `Modelfile`, `export.json` (its "state": running,
+    finished or failed, with "error"), `export.log`.
     """
-    from grpo_playground.eval.runner import run_recipe_settings
     from grpo_playground.models import hf_dir, resolve_model
 
     if (run_dir is None) == (model is None):
@@ -143,75 +151,77 @@ def export_run(
         if not run_dir.is_dir():
             raise FileNotFoundError(f"run folder {run_dir} does not exist: give a folder under runs/")
         stage = pick_stage(run_dir, stage)
-        adapter, name = run_dir / stage, _slug(f"{run_dir.name}-{stage}")
-        out = Path(out_dir or run_dir / "export" / stage).resolve()
+        adapter, name = adapter_dir(run_dir, stage), _slug(f"{run_dir.name}-{stage}")
+        out = Path(out_dir or export_dir(run_dir, stage)).resolve()
         base_spec = resolve_model(str(adapter)).base
-        recipe = run_recipe_settings(str(adapter))
+        settings = run_settings(adapter)
     else:
         if lora_gguf:
             raise ValueError("--lora-gguf needs a run with a LoRA adapter (--run RUN_DIR), not a plain --model")
         base_spec = resolve_model(model)
         name = _slug(base_spec.name if "/" not in base_spec.name and os.sep not in base_spec.name else Path(base_spec.name).name)
         out = Path(out_dir or exports_dir() / name).resolve()
-        recipe = {}
-    tags = tags or recipe.get("tags", DEFAULT_TAGS)
-    prefill = recipe.get("prefill_reasoning", False)
+        settings = None
+    tags = tags or (settings.tags if settings else DEFAULT_TAGS)
+    prefill = settings.prefill_reasoning if settings else False
     out.mkdir(parents=True, exist_ok=True)
-    log = out / "export.log"
-    result: dict = {"source": str(run_dir or model), "stage": stage, "base_model": base_spec.name, "dir": str(out),
-                    "tags": tags.to_dict(), "prefill_reasoning": prefill, "files": {}, "checks": {}, "errors": []}
+    log = out / EXPORT_LOG
+    result: dict = {"state": "running", "started": started, "source": str(run_dir or model), "stage": stage,
+                    "base_model": base_spec.name, "dir": str(out), "tags": tags.to_dict(), "prefill_reasoning": prefill,
+                    "files": {}, "checks": {}, "errors": []}
 
-    if adapter is not None:
-        say(f"copying the LoRA adapter {adapter} -> {out / 'lora'}")
-        shutil.copytree(adapter, out / "lora", dirs_exist_ok=True)
-        result["files"]["lora"] = str(out / "lora")
-    say(f"{'merging the adapter into' if adapter else 'loading'} {base_spec.name} (float32)")
-    merged_dir = out / "merged"
-    hf_model, tokenizer = _merged_model(adapter, model, merged_dir, tags.reasoning_start if prefill else None)
-    result["files"]["merged"] = str(merged_dir)
+    with _recorded(out / EXPORT_RESULT, result):
+        if adapter is not None:
+            say(f"copying the LoRA adapter {adapter} -> {out / 'lora'}")
+            shutil.copytree(adapter, out / "lora", dirs_exist_ok=True)
+            result["files"]["lora"] = str(out / "lora")
+        say(f"{'merging the adapter into' if adapter else 'loading'} {base_spec.name} (float32)")
+        merged_dir = out / "merged"
+        hf_model, tokenizer = _merged_model(adapter, model, merged_dir, (tags, prefill) if adapter is not None else None)
+        result["files"]["merged"] = str(merged_dir)
 
-    say(f"writing GGUF {', '.join(types)} (f16 is always written: the reference for the checks)")
-    files = write_model_ggufs(merged_dir, out, name, types, log)
-    result["files"].update({f"gguf_{t}": str(p) for t, p in files.items()})
-    if lora_gguf:
-        say("writing the GGUF LoRA adapter and the base f16 GGUF it runs on")
-        base_dir = _base_with_tokenizer(hf_dir(base_spec), merged_dir, out / "base")
-        result["files"]["lora_gguf"] = str(write_lora_gguf(out / "lora", base_dir, out / f"{name}.lora.gguf", log))
-        base_gguf = write_model_ggufs(base_dir, out, f"{name}.base", [], log)["f16"]
-        shutil.rmtree(base_dir)
-        result["files"]["base_gguf_f16"] = str(base_gguf)
-
-    main_gguf = files[types[0]]
-    result["modelfile"] = write_modelfile(out, main_gguf, tokenizer, tags)
-    result["files"]["modelfile"] = result["modelfile"]["path"]
-
-    if verify:
-        from grpo_playground.export.verify import check_answers, compare_greedy
-
-        say(f"checking: greedy f16 GGUF vs HF ({verify_tokens} tokens per prompt)")
-        result["checks"]["greedy_f16"] = compare_greedy(hf_model, tokenizer, files["f16"], tags=tags, max_new_tokens=verify_tokens)
+        say(f"writing GGUF {', '.join(types)} (f16 is always written: the reference for the checks)")
+        files = write_model_ggufs(merged_dir, out, name, types, log)
+        result["files"].update({f"gguf_{t}": str(p) for t, p in files.items()})
         if lora_gguf:
-            result["checks"]["greedy_base_plus_lora"] = compare_greedy(
-                hf_model, tokenizer, Path(result["files"]["base_gguf_f16"]), Path(result["files"]["lora_gguf"]),
-                tags=tags, max_new_tokens=verify_tokens)
-        for gguf_type in types:
-            if gguf_type != "f16":
-                result["checks"][f"answers_{gguf_type}"] = check_answers(files[gguf_type], tags)
-        for key, check in result["checks"].items():
-            if check.get("match") is False:
-                bad = [c for c in check["cases"] if not c["match"]]
-                result["errors"].append(
-                    f"{key}: {len(bad)}/{len(check['cases'])} prompts differ; first at token {bad[0]['first_difference']}: "
-                    f"HF {bad[0]['hf']!r} vs GGUF {bad[0]['gguf']!r}")
-            if check.get("answers") is False:
-                result["errors"].append(f"{key}: {check['file']} loaded but gave an empty answer")
+            say("writing the GGUF LoRA adapter and the base f16 GGUF it runs on")
+            base_dir = _base_with_tokenizer(hf_dir(base_spec), merged_dir, out / "base")
+            result["files"]["lora_gguf"] = str(write_lora_gguf(out / "lora", base_dir, out / f"{name}.lora.gguf", log))
+            base_gguf = write_model_ggufs(base_dir, out, f"{name}.base", [], log)["f16"]
+            shutil.rmtree(base_dir)
+            result["files"]["base_gguf_f16"] = str(base_gguf)
 
-    if push_to_hub:
-        say(f"pushing {out} to the hub repo {push_to_hub}")
-        result["hub"] = push_folder(out, push_to_hub)
-        if not result["hub"]["pushed"]:
-            result["errors"].append(result["hub"]["message"])
-    result["seconds"] = round(time.time() - started, 1)
-    (out / RESULT_FILE).write_text(json.dumps(result, indent=1), encoding="utf-8")
-    result["files"]["export_json"] = str(out / RESULT_FILE)
+        main_gguf = files[types[0]]
+        result["modelfile"] = write_modelfile(out, main_gguf, tokenizer, tags)
+        result["files"]["modelfile"] = result["modelfile"]["path"]
+
+        if verify:
+            from grpo_playground.export.verify import check_answers, compare_greedy
+
+            say(f"checking: greedy f16 GGUF vs HF ({verify_tokens} tokens per prompt)")
+            result["checks"]["greedy_f16"] = compare_greedy(hf_model, tokenizer, files["f16"], tags=tags, max_new_tokens=verify_tokens)
+            if lora_gguf:
+                result["checks"]["greedy_base_plus_lora"] = compare_greedy(
+                    hf_model, tokenizer, Path(result["files"]["base_gguf_f16"]), Path(result["files"]["lora_gguf"]),
+                    tags=tags, max_new_tokens=verify_tokens)
+            for gguf_type in types:
+                if gguf_type != "f16":
+                    # a run's file is asked as a bare client would: one user message, no system prompt
+                    result["checks"][f"answers_{gguf_type}"] = check_answers(files[gguf_type], tags, system=adapter is None)
+            for key, check in result["checks"].items():
+                if check.get("match") is False:
+                    bad = [c for c in check["cases"] if not c["match"]]
+                    result["errors"].append(
+                        f"{key}: {len(bad)}/{len(check['cases'])} prompts differ; first at token {bad[0]['first_difference']}: "
+                        f"HF {bad[0]['hf']!r} vs GGUF {bad[0]['gguf']!r}")
+                if check.get("answers") is False:
+                    result["errors"].append(f"{key}: {check['file']} loaded but gave an empty answer")
+
+        if push_to_hub:
+            say(f"pushing {out} to the hub repo {push_to_hub}")
+            result["hub"] = push_folder(out, push_to_hub)
+            if not result["hub"]["pushed"]:
+                result["errors"].append(result["hub"]["message"])
+        result["files"]["export_json"] = str(out / EXPORT_RESULT)
+        result["seconds"] = round(time.time() - started, 1)
     return result

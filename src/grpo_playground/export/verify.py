@@ -98,13 +98,17 @@ def compare_greedy(model, tokenizer, gguf: Path, lora: Path | None = None, tags:
             "match": all(c["match"] for c in cases), "cases": cases}
 
 
-def check_answers(gguf: Path, tags: Tags = DEFAULT_TAGS, max_tokens: int = 64, question: str = CHECK_PROMPTS[0]) -> dict:
-    """Load a (quantized) GGUF in llama.cpp and ask one chat question through the GGUF's own chat template."""
+def check_answers(gguf: Path, tags: Tags = DEFAULT_TAGS, max_tokens: int = 64, question: str = CHECK_PROMPTS[0],
+                  system: bool = True) -> dict:
+    """Load a (quantized) GGUF in llama.cpp and ask one chat question through the GGUF's own chat template;
+    system=False sends the user message alone (a run's exported template then supplies the system prompt)."""
+    messages = chat_messages(question, tags) if system else [{"role": "user", "content": question}]
     llm = open_gguf(gguf)
     try:
-        reply = llm.create_chat_completion(chat_messages(question, tags), max_tokens=max_tokens, temperature=0.0)
+        reply = llm.create_chat_completion(messages, max_tokens=max_tokens, temperature=0.0)
     finally:
         llm.close()
     text = reply["choices"][0]["message"]["content"] or ""
     in_format = tags.solution_start in text and tags.solution_end in text
-    return {"file": gguf.name, "question": question, "answer": text, "answers": bool(text.strip()), "in_format": in_format}
+    return {"file": gguf.name, "question": question, "system_prompt_sent": system, "answer": text,
+            "answers": bool(text.strip()), "in_format": in_format}

@@ -6,7 +6,6 @@ No torch here: the UI imports this package. The job itself is `python -m pipelin
 
 from grpo_playground.jobs.control import (
     OWNER_TOKEN_ENV,
-    STAGES,
     check_owner,
     create_run,
     owner_token_required,
@@ -19,19 +18,9 @@ from grpo_playground.jobs.control import (
 )
 from grpo_playground.jobs.exports import export_state, start_export
 from grpo_playground.jobs.feed import JsonlTail, RunFeed, read_log_tail
-from grpo_playground.jobs.runs import (
-    ACTIVE_STATES,
-    FINAL_STATES,
-    RunInfo,
-    group_members,
-    kill_group,
-    list_runs,
-    load_run,
-    queue_order,
-    reconcile,
-    run_path,
-    runs_dir,
-)
+from grpo_playground.jobs.runs import RunInfo, group_members, kill_group, list_runs, load_run, queue_order, reconcile
+from grpo_playground.run_layout import ACTIVE_STATES, FINAL_STATES, run_path, runs_dir
+from grpo_playground.run_layout import JOB_STAGES as STAGES  # the stages a job runs, as the tab offers them
 
 __all__ = [
     "ACTIVE_STATES", "FINAL_STATES", "OWNER_TOKEN_ENV", "STAGES", "JsonlTail", "RunFeed", "RunInfo",

@@ -17,20 +17,28 @@ import threading
 import time
 from pathlib import Path
 
+from grpo_playground.child_process import CHECKOUT as ROOT
+from grpo_playground.child_process import python_child_env
 from grpo_playground.config import RunConfig, save_recipe
 from grpo_playground.jobs.runs import (
-    ACTIVE_STATES,
-    JOB_FILE,
-    LOG_FILE,
-    STOP_FILE,
     RunInfo,
+    compact_metrics,
     is_alive,
     kill_group,
     load_run,
-    new_run_id,
     process_start_ticks,
     queue_order,
     reconcile,
+    stop_grace_s,
+)
+from grpo_playground.run_layout import (
+    ACTIVE_STATES,
+    JOB_FILE,
+    JOB_STAGES,
+    LOG_FILE,
+    RECIPE_FILE,
+    STOP_FILE,
+    new_run_id,
     run_path,
     runs_dir,
     write_json_atomic,
@@ -38,9 +46,6 @@ from grpo_playground.jobs.runs import (
 )
 
 OWNER_TOKEN_ENV = "GRPO_PLAYGROUND_OWNER_TOKEN"
-STAGES = ("all", "sft", "grpo", "preflight")  # pipelines.train --stage
-ROOT = Path(__file__).resolve().parents[3]  # the checkout: holds pipelines/ and src/
-RECIPE_FILE = "recipe.yaml"
 MAX_QUEUED = 8  # waiting jobs; more is a runaway script, not a plan
 
 
@@ -48,20 +53,20 @@ def owner_token_required() -> bool:
     return bool(os.environ.get(OWNER_TOKEN_ENV))
 
 
-def check_owner(token: str | None) -> None:
+def check_owner(token: str | None, action: str = "starting, stopping and resuming jobs") -> None:
     """Raise PermissionError unless no owner token is configured or `token` matches it (constant time)."""
     expected = os.environ.get(OWNER_TOKEN_ENV, "")
-    if expected and not hmac.compare_digest((token or "").encode(), expected.encode()):
+    if expected and not (isinstance(token, str) and hmac.compare_digest(token.encode(), expected.encode())):
         raise PermissionError(
-            "starting, stopping and resuming jobs needs the owner token of this app "
+            f"{action} needs the owner token of this app "
             f"(env {OWNER_TOKEN_ENV}): type it in the 'Owner token' box; visitors can only watch"
         )
 
 
 def train_command(run_dir: Path, stage: str = "all", resume: bool = False) -> list[str]:
     """The CLI that runs a recipe, as the job runs it (and as the tab shows it for copy-paste)."""
-    if stage not in STAGES:
-        raise ValueError(f"stage {stage!r} is unknown: use one of {', '.join(STAGES)}")
+    if stage not in JOB_STAGES:
+        raise ValueError(f"stage {stage!r} is unknown: use one of {', '.join(JOB_STAGES)}")
     command = [sys.executable, "-m", "pipelines.train", "--config", str(Path(run_dir) / RECIPE_FILE),
                "--run-dir", str(run_dir)]
     if stage != "all":
@@ -100,8 +105,7 @@ def spawn_job(run_dir: Path, command: list[str], stage: str = "all") -> RunInfo:
     queued_at = time.time()
     # pid None: the previous attempt's pid must not make this fresh entry look dead before job.json exists
     write_status(run_dir, state="queued", pid=None, reason="waiting for the training slot")
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH")) if p)
+    env = python_child_env()
     launcher = [sys.executable, "-m", "grpo_playground.jobs.launcher", "--run-dir", str(run_dir), "--", *command]
     with open(run_dir / LOG_FILE, "ab") as log:
         log.write(f"\n[ui] {time.strftime('%Y-%m-%d %H:%M:%S')} queued: {shell_command(command)}\n".encode())
@@ -145,6 +149,7 @@ def resume_run(run_id: str, token: str | None = None) -> RunInfo:
     _check_cli()
     _check_queue_room()
     stage = info.job.get("stage") or "all"
+    compact_metrics(info.path)  # a job killed with its launcher left its replayed rows: drop them first
     return spawn_job(info.path, train_command(info.path, stage, resume=True), stage)
 
 
@@ -156,20 +161,46 @@ def stop_run(run_id: str, token: str | None = None) -> RunInfo:
     if info.state not in ACTIVE_STATES:
         raise RuntimeError(f"run {run_id} is {info.state}, not running: nothing to stop")
     (info.path / STOP_FILE).write_text(f"{time.time()}\n")
-    launcher_pid = info.job.get("launcher_pid")
+    launcher_pid, pgid = info.job.get("launcher_pid"), info.job.get("pgid")
+    trainer = _live_trainer(info)
     if is_alive(launcher_pid, info.job.get("start_ticks")):
         target = launcher_pid
-    elif not info.job and is_alive(info.status.get("pid")):
-        target = info.status["pid"]  # a run started from the CLI: the job itself handles SIGTERM
+    elif trainer is not None:
+        # The supervisor is gone (killed on its own) but training goes on: ask the trainer itself, which
+        # saves a checkpoint at its next step boundary, and kill what is left only after the grace period.
+        target = trainer
+        if pgid:
+            threading.Thread(target=_kill_group_after_grace, args=(trainer, int(pgid)), daemon=True).start()
     else:
-        if info.job.get("pgid"):
-            kill_group(int(info.job["pgid"]))
+        if pgid:
+            kill_group(int(pgid))
         write_status(info.path, state="stopped", reason="stopped (launcher gone: processes killed)")
         return load_run(info.path)
     _signal(target, signal.SIGTERM)
     if info.state == "running":
         write_status(info.path, state="stopping", reason="stop requested: saving at the next step")
     return load_run(info.path)
+
+
+def _live_trainer(info: RunInfo) -> int | None:
+    """The training process of a run, if alive: a CLI run's pid, or a job's pid that is still in the job's
+    process group (so a recycled pid of a stranger is never signalled)."""
+    pid = info.status.get("pid")
+    if not pid or not is_alive(pid):
+        return None
+    if not info.job:
+        return pid
+    try:
+        return pid if os.getpgid(pid) == info.job.get("pgid") else None
+    except ProcessLookupError:
+        return None
+
+
+def _kill_group_after_grace(trainer: int, pgid: int) -> None:
+    deadline = time.time() + stop_grace_s()
+    while time.time() < deadline and is_alive(trainer):
+        time.sleep(0.5)
+    kill_group(pgid)  # leftovers (e.g. generation workers), or the trainer itself past the grace period
 
 
 def _signal(pid: int, sig: int) -> None:

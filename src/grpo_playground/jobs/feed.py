@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grpo_playground.run_layout import LOG_FILE
+
 MAX_READ_BYTES = 8 * 1024 * 1024  # per poll and file: a huge append is read over several polls
 KEEP_SAMPLES = 20  # sample groups are large (G completions each); the tab shows the latest ones
 
@@ -83,7 +85,7 @@ class RunFeed:
 def read_log_tail(run_dir: Path, max_bytes: int = 12_000) -> str:
     """The end of log.txt, starting at a line boundary."""
     try:
-        with open(Path(run_dir) / "log.txt", "rb") as f:
+        with open(Path(run_dir) / LOG_FILE, "rb") as f:
             end = f.seek(0, os.SEEK_END)
             f.seek(max(0, end - max_bytes))
             text = f.read().decode("utf-8", "replace")

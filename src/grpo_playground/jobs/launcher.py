@@ -27,16 +27,9 @@ import sys
 import time
 from pathlib import Path
 
-from grpo_playground.jobs.runs import (
-    FINAL_STATES,
-    LOG_FILE,
-    STOP_FILE,
-    kill_group,
-    queue_order,
-    read_status,
-    write_status,
-)
-from grpo_playground.training.doctor import diagnose_crash  # pure Python, like this module
+from grpo_playground.jobs.runs import compact_metrics, kill_group, queue_order, stop_grace_s
+from grpo_playground.run_layout import FINAL_STATES, LOG_FILE, STOP_FILE, read_status, write_status
+from grpo_playground.doctor import diagnose_crash  # pure Python, like this module
 
 LOCK_NAME = ".gpu.lock"
 POLL_S = 0.5
@@ -46,9 +39,10 @@ ERROR_LINE_RE = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Interrupt)|Kil
 _stop_requested_at: float | None = None
 
 
-def crash_reason(log_path: Path, returncode: int) -> str:
+def crash_reason(log_path: Path, returncode: int, oom_kills_before: int | None = None) -> str:
     """One line saying why the job died (when the job could not say it itself, e.g. killed or crashed before
-    its own handler): the doctor's diagnosis of the last error line (OOM, NaN logits), else that line."""
+    its own handler): the doctor's diagnosis of the last error line (OOM, NaN logits), else that line. A
+    signal is blamed on the out-of-memory killer only when the kernel's OOM count rose during the job."""
     try:
         with open(log_path, "rb") as f:
             f.seek(max(0, f.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
@@ -62,8 +56,26 @@ def crash_reason(log_path: Path, returncode: int) -> str:
         return f"{finding.message}. Try: {finding.knob} ({errors[-1][:200]})" if finding else errors[-1][:500]
     if returncode < 0:
         name = signal.Signals(-returncode).name
-        return f"killed by {name}" + (" (often the kernel's out-of-memory killer)" if name == "SIGKILL" else "")
+        oom = None if oom_kills_before is None else (oom_kill_count() or 0) - oom_kills_before
+        if oom and name == "SIGKILL":
+            return ("killed by the kernel's out-of-memory killer (SIGKILL; the kernel counted an OOM kill while "
+                    "the job ran): lower the batch size, num_generations or max_completion_length")
+        if oom == 0:
+            return f"killed by {name}, sent by another process (the kernel counted no out-of-memory kill)"
+        return f"killed by {name}"
     return f"exited with code {returncode}: see log.txt"
+
+
+def oom_kill_count() -> int | None:
+    """The kernel's count of out-of-memory kills (/proc/vmstat oom_kill, Linux >= 4.13), None if unreadable."""
+    try:
+        with open("/proc/vmstat") as f:
+            for line in f:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def kill_group_leftovers() -> None:
@@ -100,6 +112,7 @@ def supervise(run_dir: Path, command: list[str], grace_s: float) -> int:
         write_status(run_dir, state="stopped", reason="stopped while queued")
         return 0
     print(f"[launcher] {time.strftime('%H:%M:%S')} got the training slot, running: {' '.join(command)}", flush=True)
+    oom_kills_before = oom_kill_count()
     child = subprocess.Popen(command, pass_fds=(lock_fd,), stdin=subprocess.DEVNULL)
     write_status(run_dir, state="running", pid=child.pid, started=time.time(), reason="")
     forwarded = killed = False
@@ -114,6 +127,7 @@ def supervise(run_dir: Path, command: list[str], grace_s: float) -> int:
                 killed = True
         time.sleep(POLL_S / 5)
     kill_group_leftovers()
+    compact_metrics(run_dir)
     rc = child.returncode
     stop_asked = _stop_requested_at is not None or (run_dir / STOP_FILE).exists()
     state = read_status(run_dir).get("state")
@@ -124,7 +138,7 @@ def supervise(run_dir: Path, command: list[str], grace_s: float) -> int:
         elif rc == 0:
             write_status(run_dir, state="finished", reason="")
         else:
-            write_status(run_dir, state="failed", reason=crash_reason(run_dir / LOG_FILE, rc))
+            write_status(run_dir, state="failed", reason=crash_reason(run_dir / LOG_FILE, rc, oom_kills_before))
     print(f"[launcher] {time.strftime('%H:%M:%S')} job exited with code {rc}: {read_status(run_dir).get('state')}",
           flush=True)
     return 0
@@ -133,8 +147,7 @@ def supervise(run_dir: Path, command: list[str], grace_s: float) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run one training job in its turn (used by the UI).")
     parser.add_argument("--run-dir", required=True, type=Path)
-    # a GRPO step of an 8B model (8 x 1024 generated tokens) plus its checkpoint can take minutes
-    parser.add_argument("--grace", type=float, default=float(os.environ.get("GRPO_PLAYGROUND_STOP_GRACE_S", 300)))
+    parser.add_argument("--grace", type=float, default=stop_grace_s())
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the training command")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command

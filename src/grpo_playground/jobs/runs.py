@@ -1,4 +1,5 @@
-"""Run folders on disk: where they live, their status file, and whether their processes are alive.
+"""Runs on disk as the app sees them: whether their processes are alive, the list, the queue (names and status
+files: grpo_playground.run_layout).
 
 Everything here reads or writes small files, so the UI can re-attach to any run after a closed browser
 or an app restart: the disk, not the UI process, is the source of truth.
@@ -8,72 +9,29 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import secrets
 import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-RUNS_DIR_ENV = "GRPO_PLAYGROUND_RUNS_DIR"
-ACTIVE_STATES = ("queued", "running", "stopping")
-FINAL_STATES = ("stopped", "finished", "failed")
-STATUS_FILE = "status.json"
-JOB_FILE = "job.json"
-STOP_FILE = "stop.request"
-LOG_FILE = "log.txt"
-RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+from grpo_playground.run_layout import (
+    ACTIVE_STATES,
+    JOB_FILE,
+    METRICS_FILE,
+    RUN_ID_RE,
+    STATUS_FILE,
+    STOP_FILE,
+    read_json,
+    read_status,
+    runs_dir,
+    write_status,
+)
+
+STOP_GRACE_ENV = "GRPO_PLAYGROUND_STOP_GRACE_S"  # seconds a stopping job may take to save before it is killed
 
 
-def runs_dir() -> Path:
-    """The runs directory (env GRPO_PLAYGROUND_RUNS_DIR, default ./runs), created on first use."""
-    path = Path(os.environ.get(RUNS_DIR_ENV) or "runs").resolve()
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def run_path(run_id: str) -> Path:
-    """The folder of an existing run; the id is checked so that a user cannot point outside the runs dir."""
-    if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id):
-        raise ValueError(f"run id {run_id!r} is not valid: pick one from the run list (letters, digits, . _ -)")
-    path = runs_dir() / run_id
-    if not path.is_dir():
-        raise FileNotFoundError(f"no run {run_id!r} in {runs_dir()}: pick one from the run list")
-    return path
-
-
-def new_run_id(name: str = "run") -> str:
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-")[:40] or "run"
-    return f"{time.strftime('%Y%m%d-%H%M%S')}-{slug}-{secrets.token_hex(2)}"
-
-
-def read_json(path: Path) -> dict:
-    """A JSON object from a file; {} when missing or caught half-written (writers replace files atomically,
-    but a foreign writer might not)."""
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def write_json_atomic(path: Path, value: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(value, indent=1), encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def read_status(run_dir: Path) -> dict:
-    return read_json(Path(run_dir) / STATUS_FILE)
-
-
-def write_status(run_dir: Path, **updates) -> dict:
-    """Merge `updates` into status.json (atomically), stamping `updated`; returns the new status."""
-    status = read_status(run_dir)
-    status.update(updates)
-    status["updated"] = time.time()
-    write_json_atomic(Path(run_dir) / STATUS_FILE, status)
-    return status
+def stop_grace_s() -> float:
+    return float(os.environ.get(STOP_GRACE_ENV, 300))  # a GRPO step of an 8B model plus its save: minutes
 
 
 def process_start_ticks(pid: int) -> int | None:
@@ -144,6 +102,41 @@ class RunInfo:
 def load_run(run_dir: Path) -> RunInfo:
     run_dir = Path(run_dir)
     return RunInfo(run_dir.name, run_dir, read_status(run_dir), read_json(run_dir / JOB_FILE))
+
+
+def compact_metrics(run_dir: Path) -> int:
+    """Drop the rows a resumed job wrote again: of rows with the same stage, step and keys (the replay of a
+    step after its checkpoint, a per-step timing row...), keep the last write, in the place it was written.
+    Called when a job ends and before a resume, never while a job writes. Returns the rows dropped."""
+    path = run_dir / METRICS_FILE
+    try:
+        lines = path.read_bytes().splitlines(keepends=True)
+    except OSError:
+        return 0
+    last: dict[tuple, int] = {}
+    for index, line in enumerate(lines):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue  # a half-written line stays as it is
+        if isinstance(row, dict) and "stage" in row and "step" in row:
+            last[(str(row["stage"]), str(row["step"]), tuple(sorted(row)))] = index
+    keep = set(last.values())
+    kept = [line for index, line in enumerate(lines) if index in keep or not _keyed_row(line)]
+    if len(kept) == len(lines):
+        return 0
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(b"".join(kept))
+    tmp.replace(path)  # a reader sees the file shrink and reads it again from the start (feed.JsonlTail)
+    return len(lines) - len(kept)
+
+
+def _keyed_row(line: bytes) -> bool:
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(row, dict) and "stage" in row and "step" in row
 
 
 def reconcile(info: RunInfo) -> RunInfo:

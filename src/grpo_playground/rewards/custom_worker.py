@@ -1,6 +1,6 @@
 """Runs ONE user-written reward function inside the sandbox. Started only by `custom.run_custom_reward`.
 
-    python -I -S -c "$(cat custom_worker.py)" RESULT_FD NAMESPACED CPU_S MEMORY_MB FILE_MB
+    python -I -S -c "$(cat custom_worker.py)" RESULT_FD SECCOMP_BPF_HEX CPU_S MEMORY_MB FILE_MB
 
 Standard library only (any Python >= 3.9), never imported by the app: its source is run by a fresh python.
 Protocol: one JSON request on stdin {"code", "completions", "answer"}; one JSON reply written to the
@@ -18,38 +18,24 @@ import resource
 import sys
 import traceback
 
-# mount(2) flags (linux/mount.h); the statvfs ST_* bits below have the same values as their MS_* twins.
-MS_RDONLY, MS_REMOUNT, MS_BIND = 1, 32, 4096
-KEEP_FLAGS = os.ST_NOSUID | os.ST_NODEV | os.ST_NOEXEC | os.ST_NOATIME | os.ST_NODIRATIME | os.ST_RELATIME
 FILENAME = "<reward>"
 MAX_ERROR_CHARS = 4000
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
 
 
-def make_filesystem_read_only(scratch_mb: int) -> None:
-    """Inside our own user+mount namespace: every mount read-only, then a small private tmpfs as /tmp and cwd.
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
-    Locked flags (nosuid, nodev...) must be kept on a remount inside a user namespace, hence KEEP_FLAGS.
-    Any failure aborts the run: a half read-only view would be a false promise.
-    """
+
+def load_seccomp(program: bytes) -> None:
+    """no_new_privs, then the app's seccomp filter (raw BPF, 8 bytes a record): from here on the calls it
+    refuses (mount, unshare, ptrace, setsid...) fail with EPERM. Any failure aborts the run."""
     libc = ctypes.CDLL(None, use_errno=True)
-    with open("/proc/self/mounts") as f:
-        targets = {line.split()[1].encode().decode("unicode_escape") for line in f}
-    for target in sorted(targets):
-        try:
-            flags = os.statvfs(target).f_flag
-        except OSError:
-            continue  # a mount we cannot even stat cannot be written through either
-        if flags & os.ST_RDONLY:
-            continue
-        rc = libc.mount(None, target.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | (flags & KEEP_FLAGS), None)
-        if rc != 0:
-            raise OSError(ctypes.get_errno(), f"cannot remount {target} read-only")
-    rc = libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 0, f"size={scratch_mb}m,mode=0700".encode())
-    if rc != 0:
-        raise OSError(ctypes.get_errno(), "cannot mount a private /tmp")
-    os.makedirs("/tmp/work")
-    os.chdir("/tmp/work")
-    os.environ["HOME"] = os.environ["TMPDIR"] = "/tmp/work"
+    code = ctypes.create_string_buffer(program, len(program))
+    prog = SockFprog(len(program) // 8, ctypes.addressof(code))
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or \
+            libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "cannot load the seccomp filter")
 
 
 def set_limits(cpu_s: int, memory_mb: int, file_mb: int) -> None:
@@ -97,10 +83,9 @@ def score(request: dict) -> dict:
 
 
 def main() -> None:
-    result_fd, namespaced, cpu_s, memory_mb, file_mb = (int(a) for a in sys.argv[1:6])
+    result_fd, cpu_s, memory_mb, file_mb = (int(a) for a in (sys.argv[1], *sys.argv[3:6]))
+    program = bytes.fromhex(sys.argv[2])
     request = json.loads(sys.stdin.read())
-    if namespaced:
-        make_filesystem_read_only(file_mb)
     sys.stdout.flush()
     # An intermediate launcher: the user's code runs in a child, so its parent is this process, not the app.
     pid = os.fork()
@@ -112,6 +97,7 @@ def main() -> None:
     sys.stdout.reconfigure(line_buffering=True)  # prints made before a timeout still reach the app
     try:
         set_limits(cpu_s, memory_mb, file_mb)
+        load_seccomp(program)
         reply = score(request)
     except MemoryError:
         reply = {"error": f"memory limit exceeded ({memory_mb} MB).", "memory_exceeded": True}

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from grpo_playground.doctor import Finding
 from grpo_playground.rewards.group import score_group
 from grpo_playground.rewards.registry import DEFAULT_WEIGHTS, REWARDS, validate_weights
 from grpo_playground.tags import DEFAULT_TAGS, Tags
@@ -36,6 +37,8 @@ class Probe:
 
 PROBES = [
     Probe("correct", "a well-formed correct answer", "{rs}6 x 7 = 42{re}{ss}42{se}", True),
+    Probe("correct_with_unit", "a correct answer written with its unit (42 apples)",
+          "{rs}6 x 7 = 42 apples{re}{ss}42 apples{se}", True),
     Probe("near_miss", "a well-formed near miss (41 for 42)", "{rs}6 x 7 = 41{re}{ss}41{se}", True),
     Probe("wrong", "a well-formed wrong answer", "{rs}6 + 7 = 13{re}{ss}13{se}", True),
     Probe("not_a_number", "a well-formed answer that is not a number", "{rs}six and seven{re}{ss}thirteen{se}", True),
@@ -47,12 +50,6 @@ PROBES = [
     Probe("no_tags", "writes the answer without the tags", "6 + 7 = 13, so the solution is 13", False),
     Probe("empty", "is empty", "", False),
 ]
-
-
-@dataclass(frozen=True)
-class Finding:
-    severity: str  # "warning": GRPO can exploit it; "info": worth knowing
-    message: str
 
 
 @dataclass
@@ -89,7 +86,14 @@ def check_design(weights: Mapping[str, float] = DEFAULT_WEIGHTS, tags: Tags = DE
         findings.append(Finding("warning", _suggest_fix(weights, tags)))
     if not any(REWARDS[n].checks_answer and w > 0 for n, w in weights.items()):
         findings.append(Finding("warning", "No enabled reward checks the answer: GRPO can only learn the format."))
-    beaten = [p for p in PROBES if p.key != "correct" and totals[p.key] >= totals["correct"]]
+    if totals["correct_with_unit"] < totals["wrong"]:
+        findings.append(Finding("warning", (
+            f"A correct answer written with its unit ('42 apples' for 42) totals "
+            f"{totals['correct_with_unit']:g}, below a wrong number ({totals['wrong']:g}): GRPO punishes being right "
+            "in words. Fix: enable check_numbers (it reads the number inside the answer) or give it more weight, and "
+            "ask for the number alone in the system prompt."
+        )))
+    beaten = [p for p in PROBES if p.key not in ("correct", "correct_with_unit") and totals[p.key] >= totals["correct"]]
     if beaten and len(set(totals.values())) > 1:
         findings.append(Finding("warning", "The correct answer is not the best-scoring completion: "
                                 + "; ".join(f"{p.description} totals {totals[p.key]:g}" for p in beaten)

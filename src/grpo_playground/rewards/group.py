@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from grpo_playground.rewards.guard import check_request
+from grpo_playground.rewards.guard import RewardInputError, check_request
 from grpo_playground.rewards.patterns import completion_text, patterns_for
 from grpo_playground.rewards.registry import DEFAULT_WEIGHTS, REWARDS, get_reward_funcs
 from grpo_playground.tags import DEFAULT_TAGS, Tags
@@ -126,17 +126,21 @@ def _zero_variance_reason(scored: list[CompletionScore], names: list[str]) -> st
 
 def score_group(
     completions: list,
-    answer: str,
+    answer: str | list[str],
     weights: Mapping[str, float] = DEFAULT_WEIGHTS,
     tags: Tags = DEFAULT_TAGS,
     scale: str = "group",
     extra_scores: Mapping[str, list[float]] | None = None,
 ) -> GroupScore:
-    """Score a group against one gold answer. `extra_scores` (e.g. a custom reward) join the total with weight 1."""
+    """Score a group against one gold answer, or one per completion (a list, as TRL passes a dataset column).
+    `extra_scores` (e.g. a custom reward) join the total with weight 1."""
     texts = [completion_text(c) for c in completions]
-    if isinstance(answer, (int, float)):  # a numeric dataset column
-        answer = str(answer)
-    check_request(texts, answer)
+    answers = [str(a) if isinstance(a, (int, float)) else a  # a numeric dataset column
+               for a in (answer if isinstance(answer, list) else [answer] * max(len(texts), 1))]
+    if len(answers) != max(len(texts), 1):
+        raise RewardInputError(f"{len(answers)} gold answers for {len(texts)} completions: give one, or one each")
+    for gold in answers:
+        check_request(texts, gold)
     funcs, ws = get_reward_funcs(weights, tags)
     names = [f.__name__ for f in funcs]
     extra = dict(extra_scores or {})
@@ -145,7 +149,7 @@ def score_group(
             raise ValueError(f"{name} gave {len(values)} scores for {len(texts)} completions")
     scored = []
     for i, text in enumerate(texts):
-        judged = {f.__name__: f.judge(text, answer) for f in funcs}
+        judged = {f.__name__: f.judge(text, answers[i]) for f in funcs}
         scores = {n: j.score for n, j in judged.items()}
         total = sum(w * scores[n] for n, w in zip(names, ws)) + sum(float(v[i]) for v in extra.values())
         strict, number, counts, marks = explain_extraction(text, tags)

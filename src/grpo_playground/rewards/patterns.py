@@ -15,13 +15,14 @@ from grpo_playground.tags import Tags
 
 
 def completion_text(completion) -> str:
-    """The text of one completion: TRL's chat format `[{"role": "assistant", "content": ...}]` or a string."""
+    """The text of one completion: TRL's chat format `[{"role": "assistant", "content": ...}]` or a string (a
+    conversational prompt's messages come out joined)."""
     if isinstance(completion, str):
         return completion
-    if isinstance(completion, list) and completion and isinstance(completion[0], dict):
-        content = completion[0].get("content")
-        if isinstance(content, str):
-            return content
+    if isinstance(completion, list) and completion and all(isinstance(m, dict) for m in completion):
+        contents = [m.get("content") for m in completion]
+        if all(isinstance(c, str) for c in contents):
+            return "".join(contents)
     if isinstance(completion, dict) and isinstance(completion.get("content"), str):
         return completion["content"]
     raise TypeError(

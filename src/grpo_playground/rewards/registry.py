@@ -1,4 +1,4 @@
-"""Every reward by name: the UI's checkboxes, the recipes' `reward_weights` and docs/rewards.md read this dict."""
+"""Every reward by name: the UI's checkboxes, the recipes' `rewards.weights` and docs/rewards.md read this dict."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 OpenAI-compatible HTTP. No torch or model code here: the UI process imports this package."""
 
 from grpo_playground.serving.backends import (
-    BACKENDS,
+    CHAT_BACKENDS,
     LLAMA_CPP,
     VLLM,
     llamacpp_command,
@@ -18,7 +18,7 @@ from grpo_playground.serving.process import BackendUnavailable, ManagedServer, S
 from grpo_playground.serving.targets import ChatTarget, discover_targets
 
 __all__ = [
-    "BACKENDS", "LLAMA_CPP", "POOL", "VLLM", "BackendUnavailable", "ChatError", "ChatTarget", "ManagedServer",
+    "CHAT_BACKENDS", "LLAMA_CPP", "POOL", "VLLM", "BackendUnavailable", "ChatError", "ChatTarget", "ManagedServer",
     "ServerFailed", "ServerPool", "discover_targets", "llamacpp_command", "llamacpp_server",
     "llamacpp_unavailable_reason", "load_lora", "stream_chat", "vllm_command", "vllm_server", "vllm_unavailable_reason",
 ]

@@ -12,11 +12,13 @@ import shutil
 import sys
 from pathlib import Path
 
-from grpo_playground.serving.process import BackendUnavailable, ManagedServer, free_port
+from grpo_playground.child_process import free_port
+from grpo_playground.run_layout import run_settings
+from grpo_playground.serving.process import BackendUnavailable, ManagedServer
 
 LLAMA_CPP = "llama.cpp"
 VLLM = "vllm"
-BACKENDS = (LLAMA_CPP, VLLM)
+CHAT_BACKENDS = (LLAMA_CPP, VLLM)
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)  # the values vLLM accepts for --max-lora-rank
 
 
@@ -63,57 +65,88 @@ def llamacpp_command(model: str | Path, port: int, lora: str | Path | None = Non
     return command
 
 
-def lora_rank(adapter_dir: str | Path) -> int:
+def adapter_config(adapter_dir: str | Path) -> dict:
     try:
-        config = json.loads((Path(adapter_dir) / "adapter_config.json").read_text())
+        return json.loads((Path(adapter_dir) / "adapter_config.json").read_text())
     except (OSError, ValueError) as error:
         raise ValueError(f"{adapter_dir} is not a PEFT LoRA folder (adapter_config.json unreadable: {error})") from error
-    return int(config.get("r", 8))
+
+
+def lora_rank(adapter_dir: str | Path) -> int:
+    return int(adapter_config(adapter_dir).get("r", 8))
+
+
+def vllm_adapter_problem(adapter_dir: str | Path) -> str | None:
+    """Why vLLM cannot serve this PEFT folder as a LoRA, naming the fix; None when it can.
+
+    An adapter trained with registered tag tokens (data.register_tags) carries a grown embedding (PEFT
+    trainable_token_indices, or whole modules_to_save): vLLM applies only low-rank deltas to the base's own
+    vocabulary, so it cannot load those rows (and the new token ids lie outside the base's embedding)."""
+    config = adapter_config(adapter_dir)
+    grown = config.get("trainable_token_indices") or config.get("modules_to_save")
+    if not grown:
+        return None
+    return (f"vLLM cannot serve the LoRA in {adapter_dir}: it was trained with registered tag tokens (a grown "
+            f"embedding: {'trainable_token_indices' if config.get('trainable_token_indices') else 'modules_to_save'}"
+            f" {json.dumps(grown)[:120]}), which vLLM's LoRA support does not load. Fix: export the merged model "
+            "(python -m pipelines.export --run RUN_DIR) and serve its merged/ folder as the base (or chat with its "
+            "GGUF through llama.cpp), or train with data.register_tags: false for vLLM.")
 
 
 def run_chat_template(adapter_dir: str | Path, out_file: Path) -> Path | None:
-    """For vLLM: the adapter's chat template with its run's prefill of the opening reasoning tag (as training
-    rendered prompts), written to out_file; None when the run does not prefill or has no template."""
-    from grpo_playground.config import load_recipe
-    from grpo_playground.export.pipeline import with_prefill
+    """For vLLM: the adapter's chat template as its run is served (data.chat_template.run_template: the run's
+    system prompt when a conversation has none, the prefill of the opening reasoning tag), written to out_file;
+    None when the adapter has no run recipe or no template."""
+    from grpo_playground.data.chat_template import run_template
 
     adapter_dir = Path(adapter_dir)
-    recipe = adapter_dir.parent / "recipe.yaml"
-    if not recipe.is_file():
+    settings = run_settings(adapter_dir)
+    if settings is None:
         return None
-    config = load_recipe(recipe)
-    tag = config.rewards.tags.reasoning_start
     template = (adapter_dir / "chat_template.jinja").read_text() if (adapter_dir / "chat_template.jinja").is_file() else None
     if template is None and (adapter_dir / "tokenizer_config.json").is_file():
         template = json.loads((adapter_dir / "tokenizer_config.json").read_text()).get("chat_template")
-    if not config.data.prefill_reasoning or not isinstance(template, str) or tag in template:
-        return None  # a template that already names the tag prefills it itself
-    out_file.write_text(with_prefill(template, tag), encoding="utf-8")
+    if not isinstance(template, str):
+        return None
+    out_file.write_text(run_template(template, settings.tags, settings.prefill_reasoning), encoding="utf-8")
     return out_file
 
 
+def vllm_env() -> dict[str, str]:
+    """Environment for a vLLM server or engine: runtime LoRA loading (the app hot-loads new checkpoints), and
+    vLLM's PyTorch sampler where FlashInfer is not installed (its FlashInfer sampler would fail to import)."""
+    env = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+    if importlib.util.find_spec("flashinfer") is None:
+        env["VLLM_USE_FLASHINFER_SAMPLER"] = "0"
+    return env
+
+
 def vllm_command(base: str, loras: dict[str, str | Path], port: int, gpu_memory_utilization: float = 0.7,
-                 max_model_len: int | None = None, base_name: str = "base", chat_template: Path | None = None) -> list[str]:
-    """`vllm serve BASE --enable-lora --lora-modules name=PATH ...`: each adapter is served by name, on top of
-    the unmerged base weights; more can be hot-loaded later (see client.load_lora)."""
-    for name in loras:
+                 max_model_len: int | None = None, base_name: str = "base", chat_template: Path | None = None,
+                 extra_args: tuple[str, ...] = ()) -> list[str]:
+    """`vllm serve BASE --enable-lora --lora-modules name=PATH ...` run by this Python (no `vllm` script needed):
+    each adapter is served by name, on top of the unmerged base weights; more can be hot-loaded later (see
+    client.load_lora). ValueError for an adapter vLLM cannot serve, naming the fix."""
+    for name, path in loras.items():
         if not name.replace("-", "").replace("_", "").isalnum():
             raise ValueError(f"LoRA name {name!r}: use letters, digits, - and _ only")
+        problem = vllm_adapter_problem(path)
+        if problem:
+            raise ValueError(problem)
     rank = max([lora_rank(path) for path in loras.values()] + [64])
     max_rank = next((r for r in VLLM_LORA_RANKS if r >= rank), None)
     if max_rank is None:
         raise ValueError(f"LoRA rank {rank} is above vLLM's maximum {VLLM_LORA_RANKS[-1]}")
-    executable = shutil.which("vllm") or "vllm"
-    command = [executable, "serve", str(base), "--host", "127.0.0.1", "--port", str(port),
-               "--served-model-name", base_name, "--gpu-memory-utilization", str(gpu_memory_utilization),
-               "--enable-lora", "--max-lora-rank", str(max_rank)]
+    command = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(base), "--host", "127.0.0.1",
+               "--port", str(port), "--served-model-name", base_name,
+               "--gpu-memory-utilization", str(gpu_memory_utilization), "--enable-lora", "--max-lora-rank", str(max_rank)]
     if chat_template:  # one template per server: the base and every adapter are prompted alike
         command += ["--chat-template", str(chat_template)]
     if max_model_len:  # default: the context length in the model's config
         command += ["--max-model-len", str(max_model_len)]
     if loras:
         command += ["--lora-modules", *[f"{name}={path}" for name, path in loras.items()]]
-    return command
+    return command + list(extra_args)
 
 
 def llamacpp_server(model: str | Path, lora: str | Path | None = None, **kwargs) -> ManagedServer:
@@ -127,14 +160,15 @@ def llamacpp_server(model: str | Path, lora: str | Path | None = None, **kwargs)
                          env={"OMP_NUM_THREADS": "1"})
 
 
-def vllm_server(base: str, loras: dict[str, str | Path], **kwargs) -> ManagedServer:
+def vllm_server(base: str, loras: dict[str, str | Path], log_file: Path | None = None, **kwargs) -> ManagedServer:
+    """A vLLM server (not started) for `base` + `loras`; log_file keeps its whole log (default: a temp file)."""
     reason = vllm_unavailable_reason()
     if reason:
         raise BackendUnavailable(reason)
     port = free_port()
-    server = ManagedServer(VLLM, [], port, "/health", startup_timeout_s=900.0,
-                           # runtime LoRA updating lets the app hot-load a new checkpoint without a restart
-                           env={"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"})
+    server = ManagedServer(VLLM, [], port, "/health", startup_timeout_s=900.0, env=vllm_env(),
+                           keep_secrets=("HF_TOKEN",),  # a gated or private base may still need downloading
+                           **({"log_file": Path(log_file)} if log_file else {}))
     first_adapter = next(iter(loras.values()), None)
     template = run_chat_template(first_adapter, server.log_file.with_suffix(".jinja")) if first_adapter else None
     server.command = vllm_command(base, loras, port, chat_template=template, **kwargs)

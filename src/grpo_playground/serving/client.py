@@ -43,7 +43,13 @@ def stream_chat(base_url: str, model: str, messages: list[dict], *, temperature:
 
 
 def load_lora(base_url: str, name: str, path: str) -> None:
-    """Hot-load a LoRA adapter into a running vLLM server (VLLM_ALLOW_RUNTIME_LORA_UPDATING is set at start)."""
+    """Hot-load a LoRA adapter into a running vLLM server (VLLM_ALLOW_RUNTIME_LORA_UPDATING is set at start);
+    an adapter vLLM cannot serve (grown embedding) is refused here, naming the fix, before the server sees it."""
+    from grpo_playground.serving.backends import vllm_adapter_problem
+
+    problem = vllm_adapter_problem(path)
+    if problem:
+        raise ChatError(problem)
     response = httpx.post(f"{base_url}/v1/load_lora_adapter", json={"lora_name": name, "lora_path": path}, timeout=120)
     if response.status_code != 200:
         raise ChatError(f"vLLM refused to load LoRA {name} from {path}: {response.text[:500]}")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -17,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from grpo_playground.child_process import env_without_secrets
 
 LOG_TAIL_LINES = 25
 
@@ -27,12 +28,6 @@ class BackendUnavailable(RuntimeError):
 
 class ServerFailed(RuntimeError):
     """The server process exited or never became healthy; the message carries its log tail."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -60,6 +55,7 @@ class ManagedServer:
     health_path: str = "/v1/models"
     startup_timeout_s: float = 180.0
     env: dict[str, str] = field(default_factory=dict)
+    keep_secrets: tuple[str, ...] = ()  # secret variables of the app it needs (others are left out)
     log_file: Path = field(default_factory=new_log_file)
     process: subprocess.Popen | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -92,7 +88,7 @@ class ManagedServer:
                 log.flush()
                 self.process = subprocess.Popen(
                     self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    env={**os.environ, **self.env}, start_new_session=True,
+                    env=env_without_secrets(self.keep_secrets, **self.env), start_new_session=True,
                 )
             deadline = time.monotonic() + self.startup_timeout_s
             while time.monotonic() < deadline:

@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpo_playground.run_layout import ADAPTER_CONFIG, exports_dir, runs_dir
 from grpo_playground.serving.backends import LLAMA_CPP, VLLM
 
 MAX_FILES = 500  # a bound on the scan, so a huge folder cannot stall the UI
@@ -58,7 +59,7 @@ def _gguf_targets(folder: Path, root: Path) -> list[ChatTarget]:
 
 def _adapter_targets(runs: Path) -> list[ChatTarget]:
     found = []
-    for config in sorted(runs.glob("*/*/adapter_config.json"))[:MAX_FILES]:
+    for config in sorted(runs.glob(f"*/*/{ADAPTER_CONFIG}"))[:MAX_FILES]:
         try:
             base = json.loads(config.read_text()).get("base_model_name_or_path")
         except (OSError, ValueError):
@@ -71,9 +72,6 @@ def _adapter_targets(runs: Path) -> list[ChatTarget]:
 
 def discover_targets() -> list[ChatTarget]:
     """Every chat target on this machine, llama.cpp first; labels are unique."""
-    from grpo_playground.export import exports_dir
-    from grpo_playground.jobs.runs import runs_dir
-
     runs, exports = runs_dir(), exports_dir()
     targets = _registry_targets()
     if exports.is_dir():

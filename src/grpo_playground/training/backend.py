@@ -25,6 +25,7 @@ class Policy:
     device: str
     notes: list[str]
     start_adapter: Path | None = None  # the adapter training continues from (None: a fresh LoRA)
+    rollouts: str = "generate"  # how GRPO samples: "vllm" or "generate" (HF / Unsloth generate)
 
 
 def cuda_available() -> bool:
@@ -45,6 +46,45 @@ def choose_backend(cfg: RunConfig) -> str:
     if cfg.model.backend == "auto" and unsloth_installed and cuda_available():
         return "unsloth"
     return "trl"
+
+
+def vllm_rollouts(cfg: RunConfig) -> bool:
+    """Whether GRPO samples with vLLM: a GPU, vllm installed and grpo.use_vllm (on Unsloth also model.fast_inference).
+
+    Decided once for the whole run, because it also decides the tags: vLLM's copy of the base model has no
+    embedding rows for added tokens, so a run with vLLM rollouts keeps the format tags as ordinary text (SFT
+    still teaches them; the pre-flight shows how they tokenize).
+    """
+    if not cfg.grpo.enabled or not cfg.grpo.use_vllm or importlib.util.find_spec("vllm") is None or not cuda_available():
+        return False
+    return choose_backend(cfg) == "trl" or cfg.model.fast_inference
+
+
+def adapter_registered_tags(adapter: Path | None) -> bool:
+    """Whether an adapter was trained with the tags registered (PEFT's trainable_token_indices: a grown vocabulary)."""
+    import json
+
+    config = adapter / "adapter_config.json" if adapter else None
+    if config is None or not config.is_file():
+        return False
+    return bool(json.loads(config.read_text()).get("trainable_token_indices"))
+
+
+def vllm_memory_share(cfg: RunConfig, model_config: dict) -> float:
+    """model.gpu_memory_utilization when the recipe sets it, else sized from the model and the GRPO batch."""
+    if cfg.model.gpu_memory_utilization is not None:
+        return cfg.model.gpu_memory_utilization
+    import torch
+
+    from grpo_playground.vllm_memory import memory_share, shape_from_config
+
+    rows, _ = cfg.grpo.generation_batch()
+    return memory_share(shape_from_config(model_config), rows, cfg.model.max_seq_length,
+                        torch.cuda.get_device_properties(0).total_memory, cfg.model.load_in_4bit)
+
+
+VLLM_TAGS_NOTE = ("format tags kept as ordinary text (data.register_tags ignored): vLLM rollouts sample from a copy "
+                  "of the base model, which has no embedding rows for added tokens")
 
 
 def resolve_optim(name: str) -> tuple[str, str]:
@@ -76,6 +116,8 @@ def register_tags(model, tokenizer, cfg: RunConfig) -> tuple[dict, str]:
     """The data module's tag registration (ordinary added tokens); returns LoRA kwargs and a note for the log."""
     if not cfg.data.register_tags:
         return {}, ""
+    if vllm_rollouts(cfg):
+        return {}, VLLM_TAGS_NOTE
     from grpo_playground.data.tag_tokens import register_tags as register
 
     registered = register(model, tokenizer, cfg.rewards.tags)
@@ -105,8 +147,15 @@ def load_policy(cfg: RunConfig, stage: str, start_adapter: Path | None = None) -
         start_adapter = start_adapter or Path(base.location)
         base = base.base
     if choose_backend(cfg) == "unsloth":
-        return _load_unsloth(cfg, stage, base, start_adapter)
-    return _load_trl(cfg, base, start_adapter)
+        policy = _load_unsloth(cfg, stage, base, start_adapter)
+    else:
+        policy = _load_trl(cfg, base, start_adapter)
+    if stage == "grpo" and vllm_rollouts(cfg) and not adapter_registered_tags(start_adapter):
+        policy.rollouts = "vllm"
+    elif stage == "grpo" and vllm_rollouts(cfg):
+        policy.notes.append(f"vLLM rollouts off: the adapter in {start_adapter} registered the format tags (a grown "
+                            "vocabulary vLLM cannot load); retrain SFT on this GPU to get vLLM rollouts")
+    return policy
 
 
 def _load_trl(cfg: RunConfig, base, start_adapter: Path | None) -> Policy:
@@ -147,9 +196,10 @@ def _load_unsloth(cfg: RunConfig, stage: str, base, start_adapter: Path | None) 
     from unsloth import FastLanguageModel  # imported first by the job on this path, so its patches apply
 
     from grpo_playground.models import hf_dir
+    from grpo_playground.vllm_memory import read_config
 
-    use_vllm = stage == "grpo" and cfg.model.fast_inference and cfg.grpo.use_vllm \
-        and importlib.util.find_spec("vllm") is not None
+    use_vllm = stage == "grpo" and vllm_rollouts(cfg) and not adapter_registered_tags(start_adapter)
+    share = vllm_memory_share(cfg, read_config(hf_dir(base))) if use_vllm else 0.5
     model, tokenizer = FastLanguageModel.from_pretrained(
         model_name=str(hf_dir(base)),
         max_seq_length=cfg.model.max_seq_length,
@@ -157,9 +207,10 @@ def _load_unsloth(cfg: RunConfig, stage: str, base, start_adapter: Path | None) 
         dtype=None if cfg.model.dtype == "auto" else torch_dtype(cfg),
         fast_inference=use_vllm,
         max_lora_rank=cfg.lora.r,
-        gpu_memory_utilization=cfg.model.gpu_memory_utilization,
+        gpu_memory_utilization=share,
     )
-    notes = [f"unsloth {'with vLLM rollouts' if use_vllm else 'without vLLM'}"]
+    notes = [f"unsloth with vLLM rollouts (fast_inference, gpu_memory_utilization {share})" if use_vllm
+             else "unsloth without vLLM"]
     if start_adapter is not None and (start_adapter / "tokenizer_config.json").is_file():
         tokenizer = _tokenizer_from(start_adapter)
         if len(tokenizer) != model.get_input_embeddings().weight.shape[0]:

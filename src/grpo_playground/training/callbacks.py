@@ -14,9 +14,12 @@ import time
 from transformers import TrainerCallback
 
 from grpo_playground.rewards import one_group_scale
-from grpo_playground.training.doctor import Finding, diagnose
+from grpo_playground.rewards.patterns import completion_text
+from grpo_playground.run_layout import DOCTOR_FILE, METRICS_FILE, SAMPLES_FILE
+from grpo_playground.step_timing import StepTimer
+from grpo_playground.doctor import Finding, diagnose
 from grpo_playground.training.multigpu import any_process
-from grpo_playground.training.run_folder import DOCTOR_FILE, METRICS_FILE, SAMPLES_FILE, RunFolder
+from grpo_playground.training.run_folder import RunFolder
 
 # Keys of a log line worth a glance in log.txt (everything goes to metrics.jsonl anyway).
 LOG_LINE_KEYS = ("loss", "reward", "reward_std", "frac_reward_zero_std", "kl", "completions/mean_length",
@@ -60,28 +63,28 @@ class SampleRecorder:
             return None
         g = self.num_generations
         kwargs = self.batch["kwargs"]
-        completions = [_text(c) for c in self.batch["completions"][:g]]
+        completions = [completion_text(c) for c in self.batch["completions"][:g]]
         rewards = {name: s[:g] for name, s in self.scores.items()}
         total = [sum(w * rewards[n][i] for n, w in self.weights.items() if not math.isnan(rewards[n][i]))
                  for i in range(len(completions))]
         _, _, advantages = group_advantages(total, self.scale)
         problem = kwargs.get("problem", [None])[0]
-        return {"stage": stage, "step": step, "prompt": problem or _text(self.batch["prompts"][0]),
+        return {"stage": stage, "step": step, "prompt": problem or completion_text(self.batch["prompts"][0]),
                 "answer": kwargs.get("answer", [""])[0], "completions": completions, "rewards": rewards,
                 "total": total, "advantages": advantages}
 
 
-def _text(value) -> str:
-    if isinstance(value, list):  # chat format [{"role": ..., "content": ...}]
-        return "".join(m.get("content", "") for m in value if isinstance(m, dict))
-    return str(value)
-
-
 class RunCallback(TrainerCallback):
+    """Writes the run folder while a trainer runs. Every step gets its `timing/*` keys in metrics.jsonl: merged into
+    the step's logged row on a logging step, as a row of their own otherwise."""
+
     def __init__(self, folder: RunFolder, stage: str, tracker, history: list[dict], recorder: SampleRecorder | None,
-                 max_minutes: float | None = None):
+                 max_minutes: float | None = None, timer: StepTimer | None = None):
         self.folder, self.stage, self.tracker, self.history, self.recorder = folder, stage, tracker, history, recorder
         self.max_minutes = max_minutes
+        self.timer = timer or StepTimer()
+        self.pending_timing: dict = {}  # this step's timing, waiting for the step's logged row
+        self._optimizer_phase = None
         self.reported = {(f["stage"], f["rule"]) for f in folder.read_jsonl(DOCTOR_FILE)}
         self.started = time.time()
         self.first_step = 0
@@ -91,7 +94,21 @@ class RunCallback(TrainerCallback):
         self.started, self.first_step = time.time(), state.global_step
         self.folder.status(state="running", stage=self.stage, step=state.global_step, max_steps=state.max_steps)
 
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.timer.begin_step()
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self._optimizer_phase = self.timer.phase("optimizer")
+        self._optimizer_phase.__enter__()
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        if self._optimizer_phase is not None:
+            self._optimizer_phase.__exit__(None, None, None)
+            self._optimizer_phase = None
+
     def on_step_end(self, args, state, control, **kwargs):
+        started = time.perf_counter()
+        self._record_timing(state, control.should_log)
         done = state.global_step - self.first_step
         eta = (time.time() - self.started) / done * (state.max_steps - state.global_step) if done else None
         self.folder.status(step=state.global_step, max_steps=state.max_steps, eta_s=eta)
@@ -105,14 +122,47 @@ class RunCallback(TrainerCallback):
             # Trainer saves a checkpoint right after this callback when should_save is set, then leaves its loop.
             control.should_save = True
             control.should_training_stop = True
+        self.timer.add_callbacks(time.perf_counter() - started)
         return control
 
+    def _record_timing(self, state, will_log: bool) -> None:
+        self._flush_timing()  # an earlier step's timing whose logged row never came
+        timing = self.timer.end_step()
+        if not timing:
+            return
+        import torch
+
+        if torch.cuda.is_available():
+            timing["gpu/peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+        self.pending_timing = {"stage": self.stage, "step": state.global_step, "max_steps": state.max_steps,
+                               "time": time.time(), **timing}
+        if not will_log:
+            self._flush_timing()
+
+    def _flush_timing(self) -> None:
+        if self.pending_timing:
+            self.folder.append(METRICS_FILE, self.pending_timing)
+            self.tracker.log_metrics(self.pending_timing)
+            self.pending_timing = {}
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._flush_timing()
+
     def on_log(self, args, state, control, logs=None, **kwargs):
-        logs = dict(logs or {})
+        started = time.perf_counter()
+        try:
+            self._log(state, dict(logs or {}))
+        finally:
+            self.timer.add_callbacks(time.perf_counter() - started)
+
+    def _log(self, state, logs: dict) -> None:
         if "train_runtime" in logs:  # Trainer's end-of-stage summary, not a logging step
             self.folder.log(f"{self.stage} summary: " + ", ".join(f"{k}={_short(v)}" for k, v in logs.items()))
             return
         row = {"stage": self.stage, "step": state.global_step, "max_steps": state.max_steps, "time": time.time(), **logs}
+        if self.pending_timing.get("step") == state.global_step:
+            row.update({k: v for k, v in self.pending_timing.items() if k not in row})
+            self.pending_timing = {}
         self.folder.append(METRICS_FILE, row)
         self.history.append(row)
         self.tracker.log_metrics(row)

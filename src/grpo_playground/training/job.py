@@ -14,11 +14,13 @@ import time
 import traceback
 from pathlib import Path
 
-from grpo_playground.config import RunConfig, save_recipe
-from grpo_playground.training.doctor import diagnose_crash
-from grpo_playground.training.run_folder import DOCTOR_FILE, METRICS_FILE, RECIPE_FILE, RunFolder
-
-JOB_STAGES = ("all", "sft", "grpo", "preflight")
+from grpo_playground.config import RunConfig, config_to_dict, save_recipe
+from grpo_playground.run_layout import DOCTOR_FILE, JOB_STAGES, METRICS_FILE, RECIPE_FILE, TRAINED_STAGES
+from grpo_playground.doctor import diagnose_crash
+from grpo_playground.training.run_folder import RunFolder
+# status.json key set while a run waits after a pre-flight ERROR (grpo.on_preflight_error: pause): resuming such
+# a run is the user's answer "run GRPO anyway", so the next start skips the pre-flight and the pause.
+PAUSED_KEY = "paused_at_preflight"
 
 
 def _prepare_process(cfg: RunConfig) -> None:
@@ -37,15 +39,17 @@ def _prepare_process(cfg: RunConfig) -> None:
 
 def _stages_to_run(cfg: RunConfig, stage: str) -> list[str]:
     if stage == "all":
-        return [s for s in ("sft", "grpo") if getattr(cfg, s).enabled]
+        return [s for s in TRAINED_STAGES if getattr(cfg, s).enabled]
     return [stage]
 
 
-def run_job(cfg: RunConfig, run_dir: str | Path, stage: str = "all", resume: bool = False) -> str:
+def run_job(cfg: RunConfig, run_dir: str | Path, stage: str = "all", resume: bool = False,
+            recipe_saved: bool = False) -> str:
+    """recipe_saved: `cfg` is the run folder's own recipe.yaml (the app wrote it): it is not written again."""
     if stage not in JOB_STAGES:
         raise ValueError(f"stage {stage!r} is unknown: use one of {', '.join(JOB_STAGES)}")
     folder = RunFolder(run_dir)
-    if folder.writer and (not (folder.path / RECIPE_FILE).is_file() or not resume):  # one writer under DDP
+    if folder.writer and not recipe_saved and (not (folder.path / RECIPE_FILE).is_file() or not resume):  # DDP: one writer
         save_recipe(cfg, folder.path / RECIPE_FILE)
     folder.watch_sigterm()
     previous = folder.read_status()
@@ -58,11 +62,14 @@ def run_job(cfg: RunConfig, run_dir: str | Path, stage: str = "all", resume: boo
         from grpo_playground.training.tracking import Tracker
 
         tracker = Tracker(cfg.tracking.project, folder.path.name, cfg.tracking.swanlab, folder.path / "swanlog",
-                          cfg.to_dict(), folder.log)
+                          config_to_dict(cfg), folder.log)
         try:
             history = folder.read_jsonl(METRICS_FILE) if resume else []
             for current in _stages_to_run(cfg, stage):
                 outcome = _run_stage(cfg, folder, current, tracker, history, resume)
+                if outcome == "paused":  # the reason, saying what to do, is already in status.json
+                    folder.status(state="stopped", stage=current)
+                    return "stopped"
                 if outcome == "stopped":
                     folder.status(state="stopped", stage=current, reason="stopped on request; resume to continue")
                     folder.log(f"stopped during {current}: checkpoint saved, resume with --resume")
@@ -103,8 +110,18 @@ def _run_stage(cfg: RunConfig, folder: RunFolder, stage: str, tracker, history: 
         _log_notes(folder, policy)
         if policy.start_adapter is None:
             folder.log("grpo: no SFT adapter, starting from the base model")
-        if not (resume and folder.last_checkpoint("grpo")):
-            run_preflight(cfg, policy, folder, sft_done=policy.start_adapter is not None)
+        if resume and folder.read_status().get(PAUSED_KEY):
+            folder.status(**{PAUSED_KEY: False})
+            folder.log("grpo: resumed after the pre-flight ERROR: running GRPO anyway")
+        elif not (resume and folder.last_checkpoint("grpo")):
+            report = run_preflight(cfg, policy, folder, sft_done=policy.start_adapter is not None)
+            if stage != "preflight" and report["level"] == "error" and cfg.grpo.on_preflight_error == "pause":
+                reason = (f"Paused before GRPO: the pre-flight says ERROR: {report['why']}. What to do: "
+                          f"{report['what_to_do']}. Or press Resume (CLI: --resume) to run GRPO anyway.")
+                folder.status(reason=reason, **{PAUSED_KEY: True})
+                folder.log(reason)
+                _free(policy)
+                return "paused"
         if stage == "preflight":
             return "done"
         result = run_grpo(cfg, folder, policy, tracker, history, resume and folder.last_checkpoint("grpo") is not None)

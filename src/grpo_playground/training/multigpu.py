@@ -10,8 +10,9 @@ collective. NVLink multicast stays off (NCCL_NVLS_ENABLE=0): on shared hosts it 
 from __future__ import annotations
 
 import os
-import socket
 import sys
+
+from grpo_playground.child_process import free_port
 
 # Set by `accelerate launch` (torchrun) in every process it starts.
 RANK_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
@@ -25,12 +26,6 @@ def launched() -> bool:
 
 def is_main_process() -> bool:
     return os.environ.get("RANK", "0") == "0"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def accelerate_command(num_processes: int, module: str, args: list[str], port: int | None = None) -> list[str]:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from grpo_playground.config import RunConfig
 from grpo_playground.training.backend import Policy
-from grpo_playground.training.run_folder import PREFLIGHT_FILE, RunFolder
+from grpo_playground.run_layout import PREFLIGHT_FILE
+from grpo_playground.training.run_folder import RunFolder
 
 
 def sample_groups(policy: Policy, prompts: list[str], cfg: RunConfig) -> list[list[str]]:

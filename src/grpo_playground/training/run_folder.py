@@ -1,7 +1,7 @@
 """The job's side of a run folder (layout in docs/ARCHITECTURE.md): status, log lines, JSONL streams, stop requests.
 
 The UI reads these files while the job runs, so every write is either atomic (status.json) or one appended
-line (the JSONL files). Status and file names come from grpo_playground.jobs.runs, the UI side's module.
+line (the JSONL files). File names, paths and the status file come from grpo_playground.run_layout, which the UI reads with.
 """
 
 from __future__ import annotations
@@ -14,15 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-from grpo_playground.jobs.runs import STOP_FILE, read_status, write_status
+from grpo_playground import run_layout
+from grpo_playground.run_layout import STOP_FILE, read_status, write_status
 from grpo_playground.training.multigpu import is_main_process
-
-RECIPE_FILE = "recipe.yaml"
-METRICS_FILE = "metrics.jsonl"
-SAMPLES_FILE = "samples.jsonl"
-DOCTOR_FILE = "doctor.jsonl"
-PREFLIGHT_FILE = "preflight.json"
-STAGE_NAMES = ("sft", "grpo")
 
 
 def _jsonable(value):
@@ -46,10 +40,10 @@ class RunFolder:
 
     # --- paths -----------------------------------------------------------------------------------
     def checkpoints(self, stage: str) -> Path:
-        return self.path / "checkpoints" / stage
+        return run_layout.checkpoints_dir(self.path, stage)
 
     def adapter(self, stage: str) -> Path:
-        return self.path / stage
+        return run_layout.adapter_dir(self.path, stage)
 
     def last_checkpoint(self, stage: str) -> Path | None:
         folder = self.checkpoints(stage)
@@ -57,7 +51,7 @@ class RunFolder:
         return max(found, key=lambda p: int(p.name.split("-")[-1])) if found else None
 
     def stage_done(self, stage: str) -> bool:
-        return (self.adapter(stage) / "adapter_config.json").is_file()
+        return run_layout.stage_done(self.path, stage)
 
     # --- status and streams ----------------------------------------------------------------------
     def status(self, **updates) -> dict:

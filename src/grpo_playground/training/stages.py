@@ -8,14 +8,15 @@ tokenizer in <run>/<stage>/.
 
 from __future__ import annotations
 
-import importlib.util
+import os
 from dataclasses import dataclass
 
 from grpo_playground.config import RunConfig
-from grpo_playground.training.backend import Policy, resolve_optim
+from grpo_playground.training.backend import Policy, resolve_optim, vllm_memory_share
 from grpo_playground.training.callbacks import RunCallback, SampleRecorder
-from grpo_playground.training.rollouts import instrument_rollouts
+from grpo_playground.training.rollouts import instrument_grpo
 from grpo_playground.training.run_folder import RunFolder
+from grpo_playground.step_timing import StepTimer, cuda_sync
 
 
 @dataclass
@@ -74,6 +75,19 @@ def _train(trainer, folder: RunFolder, stage: str, resume: bool, callback: RunCa
     return StageResult(stage, trainer.state.global_step, seconds, callback.stopped_by)
 
 
+def sft_loss_type(model) -> str:
+    """TRL's chunked SFT loss when the output head is a plain Linear, else the plain one.
+
+    `chunked_nll` (TRL 1.14.2's default) reads `lm_head.weight` and `.bias` directly. When the format tags are
+    registered on a tied model, PEFT wraps the head in a TrainableTokensWrapper: the chunked loss then crashes
+    (`no attribute 'bias'`) and would skip the new rows' delta anyway. `nll` runs the head's own forward.
+    """
+    import torch
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "chunked_nll" if type(base.get_output_embeddings()) is torch.nn.Linear else "nll"
+
+
 def run_sft(cfg: RunConfig, folder: RunFolder, policy: Policy, tracker, history: list[dict], resume: bool) -> StageResult:
     from trl import SFTConfig, SFTTrainer
 
@@ -82,10 +96,13 @@ def run_sft(cfg: RunConfig, folder: RunFolder, policy: Policy, tracker, history:
     args = SFTConfig(
         **_common_args(cfg, s, folder, "sft", policy), num_train_epochs=s.epochs, max_steps=s.max_steps,
         per_device_train_batch_size=s.per_device_batch_size, max_length=s.max_length, completion_only_loss=True,
+        loss_type=sft_loss_type(policy.model),
     )
-    callback = RunCallback(folder, "sft", tracker, history, None, s.max_minutes)
+    timer = StepTimer(cuda_sync())
+    callback = RunCallback(folder, "sft", tracker, history, None, s.max_minutes, timer)
     trainer = SFTTrainer(model=policy.model, args=args, train_dataset=dataset, processing_class=policy.tokenizer,
                          callbacks=[callback])
+    timer.wrap(trainer, "training_step", "forward_backward")
     return _train(trainer, folder, "sft", resume, callback, policy)
 
 
@@ -97,11 +114,11 @@ def grpo_config(cfg: RunConfig, folder: RunFolder, policy: Policy, reward_weight
     per_device, note = g.generation_batch(cfg.hardware.num_gpus)
     if note:
         folder.log(note)
-    # vLLM rollouts through Unsloth's fast_inference engine only (and only when load_policy started it). TRL's own
-    # colocated vLLM stays off: it was never run on a GPU here, and registering the format tags can give the policy
-    # more embedding rows than vLLM's copy of the base (SmolLM2: 49152 + 4), which TRL's weight sync cannot load.
-    use_vllm = g.use_vllm and policy.backend == "unsloth" and cfg.model.fast_inference \
-        and importlib.util.find_spec("vllm") is not None
+    # vLLM rollouts (load_policy decided: Unsloth's fast_inference engine, or TRL's own colocated vLLM on TRL + PEFT)
+    use_vllm = policy.rollouts == "vllm"
+    share = vllm_memory_share(cfg, policy.model.config.to_dict()) if use_vllm and policy.backend == "trl" else None
+    if share is not None:
+        folder.log(f"grpo: rollouts with TRL's colocated vLLM, gpu_memory_utilization {share}")
     return GRPOConfig(
         **_common_args(cfg, g, folder, "grpo", policy), max_steps=g.max_steps, per_device_train_batch_size=per_device,
         num_generations=g.num_generations, temperature=g.temperature, top_p=g.top_p, beta=g.beta,
@@ -109,7 +126,8 @@ def grpo_config(cfg: RunConfig, folder: RunFolder, policy: Policy, reward_weight
         top_entropy_quantile=g.top_entropy_quantile,
         max_completion_length=g.max_completion_length, mask_truncated_completions=g.mask_truncated_completions,
         reward_weights=reward_weights, use_vllm=use_vllm, vllm_mode="colocate",
-        vllm_gpu_memory_utilization=cfg.model.gpu_memory_utilization,
+        vllm_max_model_length=cfg.model.max_seq_length,
+        **({"vllm_gpu_memory_utilization": share} if share is not None else {}),
     )
 
 
@@ -123,8 +141,13 @@ def run_grpo(cfg: RunConfig, folder: RunFolder, policy: Policy, tracker, history
     funcs, weights = get_reward_funcs(cfg.rewards.weights, cfg.rewards.tags)
     recorder = SampleRecorder(funcs, weights, g.num_generations, g.scale_rewards)
     args = grpo_config(cfg, folder, policy, list(weights))
-    callback = RunCallback(folder, "grpo", tracker, history, recorder, g.max_minutes)
+    if args.use_vllm and policy.backend == "trl":
+        # TRL's colocated engine must live in this process (external_launcher), not in vLLM's engine subprocess
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    timer = StepTimer(cuda_sync())
+    callback = RunCallback(folder, "grpo", tracker, history, recorder, g.max_minutes, timer)
     trainer = GRPOTrainer(model=policy.model, reward_funcs=recorder.funcs, args=args, train_dataset=dataset,
                           processing_class=policy.tokenizer, callbacks=[callback])
-    instrument_rollouts(trainer, policy.backend)
+    timer.wrap(trainer, "training_step", "forward_backward")  # outermost: the phases below nest inside it
+    instrument_grpo(trainer, policy.backend, timer)
     return _train(trainer, folder, "grpo", resume, callback, policy)

@@ -2,7 +2,9 @@
 
 Replies stream from model servers running as child processes (llama.cpp for GGUF files, vLLM for a base
 model + LoRA on a GPU); this process only sends HTTP. The working-out section is folded, the SOLUTION
-content is extracted and, given the gold answer, scored with the chosen reward functions.
+content is extracted and, given the gold answer, scored with the chosen reward functions. A checkpoint of a run
+(its LoRA folder or a GGUF of its export) is prompted, shown and scored with the run's own tags and reward weights
+(grpo_playground.run_layout.run_settings), as eval does; anything else with the defaults.
 API: `chat` (streaming), e.g. gradio_client `Client(url).submit(question, gold, model_1, ..., api_name="/chat")`.
 """
 
@@ -14,10 +16,14 @@ import time
 
 import gradio as gr
 
+from grpo_playground.jobs.control import check_owner, owner_token_required
 from grpo_playground.rewards import DEFAULT_WEIGHTS, REWARDS, RewardInputError, score_group
 from grpo_playground.rewards.group import explain_extraction
+from grpo_playground.run_layout import run_of, run_settings
 from grpo_playground.serving import (
+    LLAMA_CPP,
     POOL,
+    VLLM,
     BackendUnavailable,
     ChatError,
     ServerFailed,
@@ -26,7 +32,7 @@ from grpo_playground.serving import (
     stream_chat,
     vllm_unavailable_reason,
 )
-from grpo_playground.tags import DEFAULT_TAGS, system_prompt
+from grpo_playground.tags import DEFAULT_TAGS, Tags, system_prompt
 
 SLOTS = 3
 MAX_INPUT_CHARS = 4000
@@ -37,23 +43,51 @@ MAX_TOKENS_LIMIT = 8192
 UPDATE_EVERY_S = 0.1  # stream to the browser in small batches, not one event per token
 MAX_REPLY_S = 600  # a reply stops streaming after this long, however many tokens were asked for
 NONE_CHOICE = ("(none)", "")
-TAGS = DEFAULT_TAGS
+DEFAULT_SYSTEM = system_prompt(DEFAULT_TAGS)  # the box's text: a checkpoint of a run gets its run's prompt instead
 
 
 def new_state() -> dict:
     return {"messages": [[] for _ in range(SLOTS)], "display": [[] for _ in range(SLOTS)]}
 
 
+def _unavailable() -> dict[str, str | None]:
+    """Backend name -> why it cannot run on this machine (None: it can)."""
+    return {LLAMA_CPP: llamacpp_unavailable_reason(), VLLM: vllm_unavailable_reason()}
+
+
+def runnable_targets() -> list:
+    """The checkpoints this machine can chat with: no vLLM entries without a GPU, no GGUF without llama.cpp."""
+    blocked = _unavailable()
+    return [t for t in discover_targets() if blocked.get(t.backend) is None]
+
+
 def target_choices() -> list[tuple[str, str]]:
-    return [NONE_CHOICE] + [(t.label, t.key) for t in discover_targets()]
+    return [NONE_CHOICE] + [(t.label, t.key) for t in runnable_targets()]
 
 
-def for_display(reply: str) -> str:
+def checkpoint_settings(target) -> tuple[Tags, dict[str, float]]:
+    """The tags and reward weights a chat target was trained with: its run's recipe, else the defaults."""
+    run = run_of(target.lora or target.model)
+    try:
+        settings = run_settings(run) if run else None
+    except (OSError, ValueError):  # an unreadable recipe: chat still works, with the defaults
+        settings = None
+    return (settings.tags, settings.reward_weights) if settings else (DEFAULT_TAGS, dict(DEFAULT_WEIGHTS))
+
+
+def for_display(reply: str, tags: Tags = DEFAULT_TAGS) -> str:
     """The reply as the chatbot shows it: when the chat template prefilled the opening tag, the model's text
     starts inside the working-out, so the tag is put back for the fold to find it."""
-    if TAGS.reasoning_end in reply and TAGS.reasoning_start not in reply.split(TAGS.reasoning_end)[0]:
-        return TAGS.reasoning_start + reply
+    if tags.reasoning_end in reply and tags.reasoning_start not in reply.split(tags.reasoning_end)[0]:
+        return tags.reasoning_start + reply
     return reply
+
+
+def fold_tags(key: str | None) -> list[tuple[str, str]]:
+    """The (start, end) pair a slot's chatbot folds: the picked checkpoint's own reasoning tags."""
+    target = {t.key: t for t in discover_targets()}.get(key) if key else None
+    tags = checkpoint_settings(target)[0] if target else DEFAULT_TAGS
+    return [(tags.reasoning_start, tags.reasoning_end)]
 
 
 def check_request(message: str, gold: str, keys: list[str], system: str, max_tokens: float) -> None:
@@ -71,20 +105,23 @@ def check_request(message: str, gold: str, keys: list[str], system: str, max_tok
         raise gr.Error(f"Max tokens must be between 1 and {MAX_TOKENS_LIMIT}.")
 
 
-def score_table(labels: list[str], replies: list[str | None], gold: str, rewards: list[str]) -> str:
-    """Markdown: per checkpoint, what the SOLUTION tags hold and, given the gold answer, each reward."""
-    weights = {name: DEFAULT_WEIGHTS.get(name, 1.0) for name in rewards or []}
-    head = ["checkpoint", "SOLUTION content"] + (list(weights) + ["total"] if gold and weights else [])
+def score_table(labels: list[str], replies: list[str | None], gold: str, rewards: list[str],
+                settings: list[tuple[Tags, dict[str, float]]] | None = None) -> str:
+    """Markdown: per checkpoint, what the SOLUTION tags hold and, given the gold answer, each chosen reward, with
+    each checkpoint's own tags and reward weights (`settings`, one per label; default: the defaults)."""
+    names = list(rewards or [])
+    head = ["checkpoint", "SOLUTION content"] + (names + ["total"] if gold and names else [])
     rows = []
-    for label, reply in zip(labels, replies):
+    for label, reply, (tags, run_weights) in zip(labels, replies, settings or [(DEFAULT_TAGS, DEFAULT_WEIGHTS)] * len(labels)):
         if reply is None:
             continue
-        strict, number, _, _ = explain_extraction(reply, TAGS)
+        weights = {name: run_weights.get(name, DEFAULT_WEIGHTS.get(name, 1.0)) for name in names}
+        strict, number, _, _ = explain_extraction(reply, tags)
         solution = strict if strict is not None else (f"(no strict match; first number: {number})" if number else "(none)")
         row = [label, solution.replace("|", "\\|").replace("\n", " ")[:200]]
         if gold and weights:
             try:
-                scored = score_group([reply], gold, weights, TAGS, scale="none").completions[0]
+                scored = score_group([reply], gold, weights, tags, scale="none").completions[0]
                 row += [f"{scored.scores[n]:g}" for n in weights] + [f"**{scored.total:g}**"]
             except (RewardInputError, ValueError) as error:
                 row += ["-"] * len(weights) + [f"cannot score: {error}"]
@@ -99,8 +136,17 @@ def score_table(labels: list[str], replies: list[str | None], gold: str, rewards
 
 def backends_status() -> str:
     lines = []
-    for name, reason in (("llama.cpp", llamacpp_unavailable_reason()), ("vLLM", vllm_unavailable_reason())):
-        lines.append(f"- **{name}**: {'available' if reason is None else reason}")
+    blocked = _unavailable()
+    hidden: dict[str, int] = {}
+    for target in discover_targets():
+        if blocked.get(target.backend):
+            hidden[target.backend] = hidden.get(target.backend, 0) + 1
+    for backend, name in ((LLAMA_CPP, "llama.cpp"), (VLLM, "vLLM")):
+        reason = blocked[backend]
+        line = f"- **{name}**: {'available' if reason is None else reason}"
+        if hidden.get(backend):
+            line += f" ({hidden[backend]} checkpoint(s) it would serve are not listed)"
+        lines.append(line)
     for server in POOL.describe():
         lines.append(f"- running: {server['backend']} `{server['model']}` on port {server['port']}: {server['state']}")
     return "\n".join(lines)
@@ -139,6 +185,7 @@ def chat(message: str, gold: str, model_1: str, model_2: str, model_3: str, temp
     if unknown:
         raise gr.Error(f"Unknown checkpoint {unknown[0]!r}: press 'Refresh list' and pick one from the list.")
     state = state or new_state()
+    trained = [checkpoint_settings(known[k]) if k else (DEFAULT_TAGS, dict(DEFAULT_WEIGHTS)) for k in keys]
     settings = {"temperature": float(temperature), "top_p": float(top_p), "max_tokens": int(max_tokens)}
     gold = (gold or "").strip()
     replies: list[str | None] = [None] * SLOTS
@@ -154,16 +201,18 @@ def chat(message: str, gold: str, model_1: str, model_2: str, model_3: str, temp
         state["display"][slot] = state["display"][slot] + [{"role": "user", "content": message},
                                                            {"role": "assistant", "content": ""}]
         replies[slot] = ""
-        request = [{"role": "system", "content": system or system_prompt(TAGS)}] + history
+        tags = trained[slot][0]
+        prompt = system_prompt(tags) if not system or system == DEFAULT_SYSTEM else system
+        request = [{"role": "system", "content": prompt}] + history
         threading.Thread(target=_stream_slot, args=(slot, known[key], request, settings, out), daemon=True).start()
         running += 1
 
     def view():
         for slot, reply in enumerate(replies):
             if reply is not None:
-                state["display"][slot][-1]["content"] = for_display(reply)
+                state["display"][slot][-1]["content"] = for_display(reply, trained[slot][0])
         labels = [known[k].label if k else "" for k in keys]
-        return (*[list(d) for d in state["display"]], score_table(labels, finished, gold, rewards),
+        return (*[list(d) for d in state["display"]], score_table(labels, finished, gold, rewards, trained),
                 "\n\n".join(notes), state)
 
     yield view()
@@ -191,7 +240,11 @@ def chat(message: str, gold: str, model_1: str, model_2: str, model_3: str, temp
     yield view()
 
 
-def restart_backends(model_1: str, model_2: str, model_3: str) -> str:
+def restart_backends(model_1: str, model_2: str, model_3: str, token: str = "") -> str:
+    try:
+        check_owner(token, "restarting the chat servers")  # a stranger could otherwise cycle 400 MB loads
+    except PermissionError as exc:
+        raise gr.Error(str(exc), print_exception=False) from None
     known = {t.key: t for t in discover_targets()}
     for key in (model_1, model_2, model_3):
         if key in known:
@@ -214,7 +267,7 @@ def create_chat_tab() -> dict:
                 pickers.append(gr.Dropdown(choices, value=default if slot == 0 else "", label=f"Checkpoint {slot + 1}",
                                            allow_custom_value=True, elem_id=f"chat-model-{slot + 1}"))
                 chatbots.append(gr.Chatbot(label=f"Checkpoint {slot + 1}", height=420, elem_id=f"chat-bot-{slot + 1}",
-                                           reasoning_tags=[(TAGS.reasoning_start, TAGS.reasoning_end)]))
+                                           reasoning_tags=fold_tags(None)))
     with gr.Row():
         question = gr.Textbox(label="Question", lines=2, max_length=MAX_INPUT_CHARS, scale=4, elem_id="chat-question")
         gold = gr.Textbox(label="Gold answer (optional, scores the replies)", max_length=MAX_GOLD_CHARS, scale=1,
@@ -231,9 +284,12 @@ def create_chat_tab() -> dict:
             temperature = gr.Slider(0.0, 2.0, value=0.8, step=0.05, label="temperature")
             top_p = gr.Slider(0.05, 1.0, value=0.95, step=0.05, label="top_p")
             max_tokens = gr.Number(2048, precision=0, minimum=1, maximum=MAX_TOKENS_LIMIT, label="max tokens")
-        system = gr.Textbox(system_prompt(TAGS), label="System prompt", lines=4, max_length=MAX_SYSTEM_CHARS)
+        system = gr.Textbox(DEFAULT_SYSTEM, label="System prompt", lines=4, max_length=MAX_SYSTEM_CHARS,
+                            info="Left as it is, a run's checkpoint gets its own run's prompt (with its tags).")
         rewards = gr.CheckboxGroup(list(REWARDS), value=list(DEFAULT_WEIGHTS), label="Rewards used for scoring")
     status = gr.Markdown(backends_status(), elem_id="chat-backends")
+    owner_token = gr.Textbox(label="Owner token (to restart the servers)", type="password", max_length=256,
+                             visible=owner_token_required())
     state = gr.State(None)
 
     inputs = [question, gold, *pickers, temperature, top_p, max_tokens, system, rewards, state]
@@ -243,6 +299,8 @@ def create_chat_tab() -> dict:
     clear.click(lambda: ([], [], [], "", "", None), None, outputs, api_name=False)
     refresh.click(lambda: [gr.Dropdown(choices=target_choices()) for _ in range(SLOTS)] + [backends_status()],
                   None, [*pickers, status], api_name=False)
-    restart.click(restart_backends, pickers, status, api_name=False)
+    restart.click(restart_backends, [*pickers, owner_token], status, api_name=False)
+    for picker, chatbot in zip(pickers, chatbots):  # a run trained with <think> tags folds at <think>
+        picker.change(lambda key: gr.Chatbot(reasoning_tags=fold_tags(key)), picker, chatbot, api_name=False)
     return {"pickers": pickers, "chatbots": chatbots, "question": question, "gold": gold, "send": send,
             "scores": scores, "notes": notes, "status": status, "state": state}

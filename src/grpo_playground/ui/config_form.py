@@ -10,11 +10,10 @@ from __future__ import annotations
 import types
 import typing
 from dataclasses import dataclass, fields, replace
-from pathlib import Path
 
 import gradio as gr
 
-from grpo_playground.config import SECTIONS, RunConfig, config_from_dict, config_to_dict, load_recipe
+from grpo_playground.config import SECTIONS, RunConfig, config_from_dict, config_to_dict, recipe_from_text
 from grpo_playground.config.recipe_io import MAX_RECIPE_BYTES
 from grpo_playground.rewards import REWARDS
 from grpo_playground.tags import Tags
@@ -128,7 +127,9 @@ def build_form(cfg: RunConfig) -> tuple[list[FormField], list]:
     for section, section_specs in by_section.items():
         title = section or "run"
         help_text = next((f.metadata.get("help", "") for f in fields(RunConfig) if f.name == section), "")
-        with gr.Accordion(f"{title}: {help_text}" if help_text else title, open=section in (None, "grpo")):
+        # sections start closed: the setup fits one screen (a recipe is started as loaded; open what you edit)
+        with gr.Accordion(f"{title}: {help_text}" if help_text else title, open=section is None,
+                          elem_id=f"cfg-section-{title}"):
             for start in range(0, len(section_specs), 3):
                 with gr.Row():
                     for spec in section_specs[start : start + 3]:
@@ -199,12 +200,8 @@ def _default(spec: FormField):
 
 
 def config_from_yaml_text(text: str) -> RunConfig:
-    """A RunConfig from recipe text (API clients send YAML), with the same checks as a recipe file."""
-    import tempfile
-
+    """A RunConfig from recipe text (API clients send YAML), with the same checks as a recipe file, in memory:
+    the launcher saves it once into the run folder and the job reads it there."""
     if len(text.encode()) > MAX_RECIPE_BYTES:
         raise ValueError(f"the recipe is larger than {MAX_RECIPE_BYTES // 1024} KiB: send a recipe, not data")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "recipe.yaml"
-        path.write_text(text, encoding="utf-8")
-        return load_recipe(path)
+    return recipe_from_text(text, "the recipe text")

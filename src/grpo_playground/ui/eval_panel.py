@@ -1,20 +1,15 @@
-"""Evaluation panel: pick checkpoints and a data source, evaluate each in a child process, compare the results.
+"""Evaluation panel: pick checkpoints and a data source, evaluate them in a background job, compare the results.
 
-Each checkpoint runs `python -m pipelines.eval ... --out <runs>/evals/...json` as a child process (the UI never
-imports torch); its log streams into the panel while it runs. Results are files, so they survive a closed browser,
-and the table lists every saved evaluation. One evaluation runs at a time per app (it takes the CPU/GPU); starting
-needs the owner token when GRPO_PLAYGROUND_OWNER_TOKEN is set.
+The job is `python -m pipelines.eval ... --out <runs>/evals/...json` per checkpoint, chained in one child process
+(grpo_playground.jobs.evals; the UI never imports torch). Like a training job it outlives the browser: the panel
+reads its state and log back from disk every few seconds, and the table lists every saved evaluation on page load,
+on "Refresh list" and as results arrive. One evaluation job runs at a time per app (it takes the CPU/GPU);
+starting and stopping need the owner token when GRPO_PLAYGROUND_OWNER_TOKEN is set.
 
 API (gradio_client): /eval_results -> saved results (summary JSON, newest first).
 """
 
 from __future__ import annotations
-
-import os
-import signal
-import subprocess
-import threading
-import time
 
 import gradio as gr
 import pandas as pd
@@ -22,64 +17,68 @@ import pandas as pd
 from grpo_playground.data.spec import parse_spec
 from grpo_playground.eval import results as store
 from grpo_playground.jobs import check_owner, owner_token_required
-from grpo_playground.jobs.control import ROOT
+from grpo_playground.jobs.evals import eval_job_state, start_eval_job, stop_eval_job
 
 MAX_N = 2000
 MAX_CHECKPOINTS = 6
-MAX_EVAL_S = 3 * 3600  # a child running longer than this is stopped (a hung model server, a huge n on CPU)
-POLL_S = 1.0
-
-# The one running evaluation of this app (a machine resource, shared on purpose across sessions).
-_running: dict[str, subprocess.Popen] = {}
-_lock = threading.Lock()
+POLL_S = 2.0
+PERCENT_COLUMNS = ["format_rate", "accuracy", "±", "lenient_accuracy", "recheck_rate"]
 
 
 def _frame(results: list[dict]) -> pd.DataFrame:
-    return pd.DataFrame(store.results_table(results), columns=store.TABLE_COLUMNS)
+    """The saved results, rates in percent with one decimal (0.873 reads worse than 87.3)."""
+    frame = pd.DataFrame(store.results_table(results), columns=store.TABLE_COLUMNS)
+    for column in PERCENT_COLUMNS:
+        frame[column] = pd.to_numeric(frame[column], errors="coerce").mul(100).round(1)
+    frame["seconds"] = pd.to_numeric(frame["seconds"], errors="coerce").round(0)
+    frame["mean_completion_tokens"] = pd.to_numeric(frame["mean_completion_tokens"], errors="coerce").round(1)
+    return frame.rename(columns={c: f"{c} %" for c in PERCENT_COLUMNS})
 
 
 def _chart(results: list[dict], data: str | None) -> pd.DataFrame:
+    """One bar per (metric, checkpoint) in percent. A bar's label is short ("accuracy 2"): the number points to
+    the legend, which carries the checkpoint's full name (long run names under the bars were cut off)."""
     rows = store.chart_rows(store.latest_per_checkpoint(results, data))
-    return pd.DataFrame(rows, columns=["bar", "metric", "checkpoint", "value"])
+    frame = pd.DataFrame(rows, columns=["bar", "metric", "checkpoint", "value"])
+    number = {name: i + 1 for i, name in enumerate(dict.fromkeys(frame["checkpoint"]))}
+    frame["bar"] = [f"{m} {number[c]}" for m, c in zip(frame["metric"], frame["checkpoint"])]
+    frame["checkpoint"] = [f"{number[c]}: {c}" for c in frame["checkpoint"]]
+    frame["value"] = frame["value"].astype(float).mul(100).round(1)
+    return frame
 
 
-def _log_tail(path, max_bytes: int = 4000) -> str:
+def job_status(state: dict) -> str:
+    """The evaluation job in words: what is done, running, failed or waiting."""
+    if state["state"] == "none":
+        return "No evaluation has run from this app yet."
+    marks = {"done": "done", "failed": "FAILED (see the log)", "running": "running...", "pending": "waiting",
+             "stopped": "stopped"}
+    head = {"running": "**Evaluating** (a background job: closing the browser does not stop it)",
+            "finished": "**Last evaluation finished**", "stopped": "**Last evaluation was stopped**"}[state["state"]]
+    return head + "  \n" + "  \n".join(f"{item['label']}: {marks[item['state']]}" for item in state["items"])
+
+
+def refresh(data: str | None, shown: dict | None):
+    """Status, log, table and chart from disk; the table and chart are re-sent only when a result was added."""
+    state = eval_job_state()
+    results = store.load_results()
+    signature = [r["file"] for r in results]
+    if shown is not None and shown.get("results") == signature:
+        table, chart = gr.skip(), gr.skip()
+    else:
+        table, chart = _frame(results), _chart(results, _data_or_none(data))
+    return job_status(state), state["log"], table, chart, {"results": signature}
+
+
+def _data_or_none(data: str | None) -> str | None:
     try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.path.getsize(path) - max_bytes))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def _start(command: list[str], log_path) -> subprocess.Popen:
-    with _lock:
-        busy = _running.get("eval")
-        if busy is not None and busy.poll() is None:
-            raise RuntimeError(f"an evaluation is already running (pid {busy.pid}): wait for it or press Stop")
-        env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH")) if p)
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-        _running["eval"] = proc
-        return proc
-
-
-def stop_eval(token: str | None = None) -> str:
-    try:
-        check_owner(token)
-    except PermissionError as error:
-        raise gr.Error(str(error), print_exception=False) from None
-    proc = _running.get("eval")
-    if proc is None or proc.poll() is not None:
-        return "No evaluation is running."
-    os.killpg(proc.pid, signal.SIGTERM)  # its own session: the whole child tree, nothing else
-    return f"Stopped the evaluation (pid {proc.pid})."
+        return str(parse_spec(data)) if data else None
+    except ValueError:
+        return None
 
 
 def run_evals(checkpoints, data, n, batch_size, max_new_tokens, token):
-    """Evaluate each checkpoint in turn (child processes); yields (status, log, table, chart)."""
+    """Start the evaluation job (returns at once; the timer shows its progress)."""
     try:
         check_owner(token)
         if not checkpoints:
@@ -91,34 +90,17 @@ def run_evals(checkpoints, data, n, batch_size, max_new_tokens, token):
         n, batch_size, max_new_tokens = int(n), int(batch_size), int(max_new_tokens)
         if not 1 <= n <= MAX_N:
             raise ValueError(f"n={n}: evaluate between 1 and {MAX_N} examples here (the CLI takes more)")
-    except (ValueError, PermissionError, FileNotFoundError) as error:
+        return job_status(start_eval_job(models, data, n, batch_size, max_new_tokens))
+    except (ValueError, PermissionError, FileNotFoundError, RuntimeError) as error:
         raise gr.Error(str(error), print_exception=False) from None
 
-    done: list[str] = []
-    for model in models:
-        out = store.result_path(model)
-        log_path = out.with_suffix(".log")
-        command = store.eval_command(model, data, n, batch_size, max_new_tokens, out)
-        try:
-            proc = _start(command, log_path)
-        except RuntimeError as error:
-            raise gr.Error(str(error), print_exception=False) from None
-        started = time.monotonic()
-        while proc.poll() is None:
-            if time.monotonic() - started > MAX_EVAL_S:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                break
-            status = f"Evaluating **{store.checkpoint_label(model)}** ({len(done) + 1}/{len(models)}), {time.monotonic() - started:.0f} s"
-            yield status, _log_tail(log_path), gr.skip(), gr.skip()
-            time.sleep(POLL_S)
-        label = store.checkpoint_label(model)
-        if proc.returncode == 0 and out.is_file():
-            done.append(f"{label}: done")
-        else:
-            done.append(f"{label}: FAILED (exit {proc.returncode}), see the log")
-        results = store.load_results()
-        yield "  \n".join(done), _log_tail(log_path), _frame(results), _chart(results, data)
+
+def stop_eval(token: str | None = None) -> str:
+    try:
+        check_owner(token)
+    except PermissionError as error:
+        raise gr.Error(str(error), print_exception=False) from None
+    return stop_eval_job()
 
 
 def saved_results() -> list[dict]:
@@ -127,17 +109,18 @@ def saved_results() -> list[dict]:
 
 
 def create_eval_panel() -> dict:
-    results = store.load_results()
     choices = store.list_checkpoints()
     gr.Markdown(
         "Accuracy of each checkpoint on held-out problems: **format rate** (strict recipe format), **accuracy** "
         "(in format and correct), **lenient accuracy** (last number correct), mean completion tokens, and the share "
-        "of completions that re-check their work. Greedy decoding; each evaluation runs as its own process."
+        "of completions that re-check their work, in percent. Greedy decoding; the evaluation runs as a background "
+        "job: close the browser and come back, its results are saved."
     )
     with gr.Row():
         checkpoints = gr.Dropdown(choices=choices, value=[choices[0][1]] if choices else None, multiselect=True,
-                                  label="Checkpoints", info="registry models and each run's sft / grpo adapters", scale=3)
-        refresh = gr.Button("Refresh list", scale=0)
+                                  label="Checkpoints", info="registry models and each run's sft / grpo adapters", scale=3,
+                                  elem_id="eval-checkpoints")
+        refresh_btn = gr.Button("Refresh list", scale=0, elem_id="eval-refresh")
     with gr.Row():
         data = gr.Textbox(value="generator:test", label="Data source",
                           info="generator:test, gsm8k:PATH.jsonl, hub:openai/gsm8k, file:PATH?question=..&answer=..")
@@ -146,18 +129,27 @@ def create_eval_panel() -> dict:
         max_new_tokens = gr.Slider(16, 2048, value=256, step=16, label="Max new tokens")
     token = gr.Textbox(label="Owner token", type="password", visible=owner_token_required())
     with gr.Row():
-        run = gr.Button("Evaluate", variant="primary")
+        run = gr.Button("Evaluate", variant="primary", elem_id="eval-run")
         stop = gr.Button("Stop")
-    status = gr.Markdown()
+    status = gr.Markdown(elem_id="eval-status")
     log = gr.Textbox(label="Log (tail)", lines=6, max_lines=12, autoscroll=True)
-    chart = gr.BarPlot(_chart(results, None), x="bar", y="value", color="checkpoint", y_lim=[0, 1],
-                       title="Newest result per checkpoint", x_label_angle=-30, label="Comparison")
-    table = gr.Dataframe(_frame(results), label="Saved evaluations (newest first)", interactive=False)
+    # checkpoint names sit in the legend (colour), not under the bars, where long run names were cut off
+    chart = gr.BarPlot(None, x="bar", y="value", color="checkpoint", y_lim=[0, 100], y_title="%", x_title="",
+                       title="Newest result per checkpoint (%)", x_label_angle=-30, label="Comparison",
+                       elem_id="eval-chart")
+    table = gr.Dataframe(None, label="Saved evaluations (newest first)", interactive=False, elem_id="eval-table")
+    shown = gr.State(None)
+    timer = gr.Timer(POLL_S)
 
     gr.api(saved_results, api_name="eval_results")
     ui = dict(api_visibility="private")
-    refresh.click(lambda: gr.Dropdown(choices=store.list_checkpoints()), None, checkpoints, **ui)
-    run.click(run_evals, [checkpoints, data, n, batch_size, max_new_tokens, token], [status, log, table, chart],
+    views = [status, log, table, chart, shown]
+    # no triggers: on page load, so saved results show without pressing anything
+    gr.on(None, refresh, [data, gr.State(None)], views, **ui)
+    gr.on([timer.tick], refresh, [data, shown], views, show_progress="hidden", **ui)
+    refresh_btn.click(lambda: gr.Dropdown(choices=store.list_checkpoints()), None, checkpoints, **ui).then(
+        refresh, [data, gr.State(None)], views, **ui)
+    run.click(run_evals, [checkpoints, data, n, batch_size, max_new_tokens, token], status,
               concurrency_limit=1, concurrency_id="eval", **ui)
     stop.click(stop_eval, token, status, **ui)
     return {"checkpoints": checkpoints, "data": data, "n": n, "batch_size": batch_size,

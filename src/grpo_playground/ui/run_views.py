@@ -6,22 +6,40 @@ so they are tested without a browser.
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 import pandas as pd
 
 from grpo_playground.jobs import RunInfo
+from grpo_playground.run_layout import RECIPE_FILE, TRAINED_STAGES
+from grpo_playground.step_timing import PHASES, phase_key
 
-# (chart title, [(series label, metric key)], stage or None for both). TRL's log keys, verbatim.
+CURRENT_STAGE = "current"
+
+
+class Chart(NamedTuple):
+    title: str
+    series: list[tuple[str, str]] | str  # [(series label, metric key)], or the per-reward pattern
+    stage: str | None  # None: both stages, told apart by series name; CURRENT_STAGE: the stage logged last
+    kind: str = "line"  # line | stacked_bar (parts that add up to a whole)
+
+
+# TRL's log keys, verbatim.
 CHARTS = [
-    ("Reward (mean) and reward std", [("reward", "reward"), ("reward std", "reward_std")], "grpo"),
-    ("Each reward function's mean", "rewards/*/mean", "grpo"),
-    ("KL to the reference (beta > 0)", [("kl", "kl")], "grpo"),
-    ("Completion length (tokens)", [("mean", "completions/mean_length"), ("max", "completions/max_length")], "grpo"),
-    ("Truncated and zero-variance fractions",
-     [("truncated (clipped_ratio)", "completions/clipped_ratio"),
-      ("zero-std groups (frac_reward_zero_std)", "frac_reward_zero_std")], "grpo"),
-    ("Loss", [("loss", "loss")], None),
-    ("Learning rate", [("learning rate", "learning_rate")], None),
+    Chart("Reward (mean) and reward std", [("reward", "reward"), ("reward std", "reward_std")], "grpo"),
+    Chart("Each reward function's mean", "rewards/*/mean", "grpo"),
+    Chart("KL to the reference (beta > 0)", [("kl", "kl")], "grpo"),
+    Chart("Completion length (tokens)", [("mean", "completions/mean_length"), ("max", "completions/max_length")],
+          "grpo"),
+    Chart("Truncated and zero-variance fractions",
+          [("truncated (clipped_ratio)", "completions/clipped_ratio"),
+           ("zero-std groups (frac_reward_zero_std)", "frac_reward_zero_std")], "grpo"),
+    Chart("Loss", [("loss", "loss")], None),
+    Chart("Learning rate", [("learning rate", "learning_rate")], None),
+    # the phases add up to the whole step (`other` is the rest), so each bar is the step's wall time; one stage
+    # at a time, as SFT's and GRPO's step numbers overlap
+    Chart("Where the step time went (s)", [(p.replace("_", " "), phase_key(p)) for p in PHASES], CURRENT_STAGE,
+          "stacked_bar"),
 ]
 PER_REWARD_RE = re.compile(r"^rewards/(.+)/mean$")
 FRAME_COLUMNS = ["step", "value", "series"]
@@ -53,7 +71,9 @@ def chart_frame(metrics: list[dict], series, stage: str | None) -> pd.DataFrame:
 
 
 def chart_frames(metrics: list[dict]) -> list[pd.DataFrame]:
-    return [chart_frame(metrics, series, stage) for _, series, stage in CHARTS]
+    current = next((m.get("stage") for m in reversed(_logged_rows(metrics, None))), None)
+    return [chart_frame(metrics, chart.series, current if chart.stage == CURRENT_STAGE else chart.stage)
+            for chart in CHARTS]
 
 
 def metric_keys(metrics: list[dict]) -> list[str]:
@@ -90,7 +110,35 @@ def progress(status: dict, metrics: list[dict]) -> dict:
             "fraction": min(1.0, step / max_steps) if max_steps else None, "eta_s": eta}
 
 
-def progress_markdown(info: RunInfo, metrics: list[dict]) -> str:
+def later_stage_budgets(info: RunInfo) -> list[tuple[str, float | None]]:
+    """The stages this run's job will train, in order, each with its time budget in seconds (None: no budget),
+    read from the run's recipe and job.json. [] when the recipe cannot be read."""
+    from grpo_playground.config import load_recipe
+
+    try:
+        cfg = load_recipe(info.path / RECIPE_FILE)
+    except (OSError, ValueError):
+        return []
+    stage = info.job.get("stage") or "all"  # the job's stage as the UI started it (a CLI run: all)
+    stages = [s for s in TRAINED_STAGES if getattr(cfg, s).enabled] if stage == "all" else [stage]
+    return [(s, getattr(cfg, s).max_minutes * 60 if getattr(cfg, s).max_minutes else None)
+            for s in stages if s in TRAINED_STAGES]
+
+
+def overall_eta(stage: str | None, stage_eta: float | None, plan: list[tuple[str, float | None]]) -> str:
+    """The time left across stages: this stage's ETA plus each later stage's time budget (its pace is unknown
+    until it starts). '' when nothing follows the current stage."""
+    names = [name for name, _ in plan]
+    later = plan[names.index(stage) + 1:] if stage in names else []
+    if not later or stage_eta is None:
+        return ""
+    if any(budget is None for _, budget in later):
+        return " · then " + ", ".join(name for name, _ in later) + " (no time budget: ETA once it starts)"
+    total = stage_eta + sum(budget for _, budget in later)
+    return f" · at most {_duration(total)} in all (then {', '.join(f'{n} up to {_duration(b)}' for n, b in later)})"
+
+
+def progress_markdown(info: RunInfo, metrics: list[dict], plan: list[tuple[str, float | None]] = ()) -> str:
     p = progress(info.status, metrics)
     reason = info.status.get("reason")
     line = f"**{info.run_id}**: {info.state}"
@@ -100,7 +148,7 @@ def progress_markdown(info: RunInfo, metrics: list[dict]) -> str:
         filled = int(20 * (p["fraction"] or 0))
         line += f" · step {p['step']}/{p['max_steps']} `{'#' * filled}{'.' * (20 - filled)}` {p['fraction']:.0%}"
     if p["eta_s"] is not None and info.state == "running":
-        line += f" · ETA {_duration(p['eta_s'])} (this stage)"
+        line += f" · ETA {_duration(p['eta_s'])} (this stage)" + overall_eta(p["stage"], p["eta_s"], list(plan))
     return line + (f"\n\n{reason}" if reason else "")
 
 
@@ -115,12 +163,18 @@ def sample_table(sample: dict | None) -> pd.DataFrame:
         row = {"#": i}  # the numbers first: a long completion would push them out of view
         for key, label in (("total", "total"), ("advantages", "advantage")):
             values = sample.get(key) or []
-            row[label] = values[i] if i < len(values) else None
+            row[label] = _rounded(values[i]) if i < len(values) else None
         for name, scores in rewards.items():
-            row[name] = scores[i] if i < len(scores) else None
+            row[name] = _rounded(scores[i]) if i < len(scores) else None
         row["completion"] = str(text)[:SAMPLE_TEXT_CHARS]
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _rounded(value, digits: int = 3):
+    """Scores and advantages to 3 decimals: -0.3779644730092272 reads as -0.378."""
+    number = _number(value)
+    return round(number, digits) if number is not None else value
 
 
 def sample_caption(sample: dict | None) -> str:
@@ -130,12 +184,15 @@ def sample_caption(sample: dict | None) -> str:
     zero_var = len(totals) > 1 and max(totals) == min(totals)
     text = f"Step {sample.get('step')} · answer **{sample.get('answer')}** · prompt: {str(sample.get('prompt'))[:400]}"
     if zero_var:
-        text += "\n\n**Every completion scored the same: zero advantage, no gradient from this group.**"
+        text += ("\n\n**Every completion scored the same: zero advantage, no gradient from this group.** What to do: "
+                 "if none is in the format, train SFT longer; if all gave the same answer, use problems nearer the "
+                 "model's level (the `levels` of grpo_source) or raise grpo.temperature. Open the group in the Reward "
+                 "sandbox to see each reward's reason.")
     return text
 
 
 def findings_table(findings: list[dict]) -> pd.DataFrame:
-    columns = ["step", "severity", "rule", "message", "knob"]
+    columns = ["step", "severity", "rule", "knob", "message"]  # the knob before the long message: always in view
     return pd.DataFrame([[f.get(c) for c in columns] for f in findings], columns=columns)
 
 
@@ -143,7 +200,7 @@ def doctor_findings(file_findings: list[dict], metrics: list[dict]) -> list[dict
     """The job's doctor.jsonl when it wrote one, else the doctor run here on the metrics (pure Python)."""
     if file_findings:
         return file_findings
-    from grpo_playground.training.doctor import diagnose
+    from grpo_playground.doctor import diagnose
 
     return [f.to_dict() for f in diagnose(metrics)]
 

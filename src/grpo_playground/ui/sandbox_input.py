@@ -55,13 +55,16 @@ def _row_texts(row, where: str) -> list[str]:
 
 
 def read_completions_file(path: str | Path) -> tuple[list[str], str | None]:
-    """(completions, gold answer if the file has an `answer` column/key) from .jsonl / .json lines or .csv."""
+    """(completions, gold answer text) from .jsonl / .json lines or .csv. The answer text is the group's one answer
+    when every row that has an `answer` column/key agrees, else one answer per completion separated by lines
+    `---` (the sandbox then scores each completion against its own row's answer); None when no row has one."""
     path = Path(path)
     size = path.stat().st_size
     if size > MAX_FILE_BYTES:
         raise RewardInputError(f"{path.name} is {size:,} bytes: upload at most {MAX_FILE_BYTES:,} bytes")
     raw = path.read_bytes().decode("utf-8", errors="replace")
-    completions, answer = [], None
+    completions: list[str] = []
+    answers: list[str | None] = []  # one per completion
     if path.suffix.lower() == ".csv":
         reader = csv.DictReader(io.StringIO(raw))
         key = next((k for k in TEXT_KEYS if k in (reader.fieldnames or [])), None)
@@ -69,7 +72,7 @@ def read_completions_file(path: str | Path) -> tuple[list[str], str | None]:
             raise RewardInputError(f"{path.name}: no column named one of {', '.join(TEXT_KEYS)} in the header")
         for row in reader:
             completions.append(row[key] or "")
-            answer = answer or (row.get("answer") or None)
+            answers.append((row.get("answer") or "").strip() or None)
     elif path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
         for n, line in enumerate(raw.splitlines(), 1):
             if not line.strip():
@@ -78,13 +81,25 @@ def read_completions_file(path: str | Path) -> tuple[list[str], str | None]:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise RewardInputError(f"{path.name} line {n}: not JSON ({exc.msg}); write one object per line") from None
-            completions.extend(_row_texts(row, f"{path.name} line {n}"))
-            if isinstance(row, dict) and row.get("answer") is not None:
-                answer = answer or str(row["answer"])
+            texts = _row_texts(row, f"{path.name} line {n}")
+            completions.extend(texts)
+            gold = row.get("answer") if isinstance(row, dict) else None
+            answers.extend([str(gold).strip() if gold is not None else None] * len(texts))
     else:
         raise RewardInputError(f"{path.name}: upload a .jsonl or .csv file of completions")
     if len(completions) > MAX_COMPLETIONS:
         raise RewardInputError(f"{path.name} holds {len(completions)} completions: the limit is {MAX_COMPLETIONS}")
     if not completions:
         raise RewardInputError(f"{path.name} holds no completions")
-    return completions, answer
+    return completions, _answer_text(answers, path.name)
+
+
+def _answer_text(answers: list[str | None], name: str) -> str | None:
+    given = {a for a in answers if a is not None}
+    if len(given) <= 1:
+        return next(iter(given), None)  # one answer for the whole group (rows without one share it)
+    missing = [i + 1 for i, a in enumerate(answers) if a is None]
+    if missing:
+        raise RewardInputError(f"{name}: completions {missing[:5]} have no answer while others differ: give every "
+                               "row its answer, or one answer for all")
+    return join_group([str(a) for a in answers])

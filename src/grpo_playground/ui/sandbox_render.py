@@ -11,8 +11,9 @@ from grpo_playground.rewards import DesignReport, GroupScore, Mark
 HEAD_CHARS, TAIL_CHARS = 1_500, 3_500
 COLORS = {"answer": "#b7f5b0", "number": "#ffe58a", "tag": "#cfe2ff"}
 # Light highlight colours need dark text in both themes (dark mode's light text on them is unreadable);
-# everything else uses the theme's CSS variables.
-MARK_STYLE = "color:#111;background:{}"
+# everything else uses the theme's CSS variables. The bottom padding keeps the underscores of tags such as
+# <start_working_out> on the highlight: below it, dark text on the dark theme's page vanished.
+MARK_STYLE = "color:#111;background:{};padding:0 0 0.25em"
 
 
 def _color(labels: list[str]) -> str:
@@ -80,14 +81,32 @@ def render_report(group: GroupScore | None, design: DesignReport | None, notes: 
     if group is not None:
         if group.zero_variance:
             reason = group.zero_variance_reason
-            lines.append(f"⚠️ **Zero variance: this group will not learn.** {esc(reason[0].upper() + reason[1:])}.")
+            lines.append(f"⚠️ **Zero variance: this group will not learn.** **What to do:** {esc(zero_variance_fix(group))}"
+                         f"\n\nWhy: {esc(reason[0].upper() + reason[1:])}.")
         lines.append(
             f"Group of {len(group.completions)}: mean {group.mean:+.4g}, std {group.std:.4g}, "
             f"advantages {'(total - mean) / (std + 1e-4)' if group.scale == 'group' else 'total - mean (Dr. GRPO)'}."
         )
     if design is not None:
+        if design.findings:
+            lines.append("**Reward design check** (about the weights, for any group; not this group's fix):")
         for f in design.findings:
             lines.append(f"{'⚠️ **Reward design:**' if f.severity == 'warning' else 'ℹ️'} {esc(f.message)}")
         if design.ok:
-            lines.append("✅ Reward design check: no completion without a clean answer outscores a wrong one.")
+            lines.append("✔ Reward design check: no completion without a clean answer outscores a wrong one.")
     return "\n\n".join(lines)
+
+
+def zero_variance_fix(group: GroupScore) -> str:
+    """The change that gives a zero-variance group a spread of scores, chosen by what its completions did."""
+    if len(group.completions) < 2:
+        return "score a group of 2 or more completions of the same prompt (GRPO's num_generations)."
+    if all(c.strict_answer is None for c in group.completions):
+        return ("teach the format first: run SFT (the Training tab's stage 'all' runs it before GRPO), or, if the "
+                "model does write tags, make the Format tags here match them exactly.")
+    if len({c.strict_answer.strip() for c in group.completions if c.strict_answer is not None}) == 1:
+        return ("every completion gave the same answer: use problems nearer the model's level (harder if it is always "
+                "right, easier if always wrong: the `levels` of the data source), or raise grpo.temperature "
+                "(1.0-1.2) so completions differ.")
+    return ("raise grpo.temperature (1.0-1.2) or num_generations so completions differ, or enable a reward that "
+            "tells these completions apart.")

@@ -13,10 +13,13 @@ returns a table with one row per completion, one column per enabled reward, `tot
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 
 import gradio as gr
 import pandas as pd
 
+from grpo_playground.data.answers import gold_answer_problem
+from grpo_playground.jobs.control import check_owner, owner_token_required
 from grpo_playground.rewards import (
     DEFAULT_WEIGHTS,
     REWARDS,
@@ -27,6 +30,7 @@ from grpo_playground.rewards import (
     check_design,
     score_group,
 )
+from grpo_playground.rewards.equivalence import request_deadline
 from grpo_playground.tags import DEFAULT_TAGS, Tags
 from grpo_playground.ui.sandbox_input import join_group, read_completions_file, split_group
 from grpo_playground.ui.sandbox_render import render_details, render_report
@@ -42,6 +46,7 @@ EXAMPLE_GROUP = [
     "<start_working_out>6 + 7 = 13<end_working_out><SOLUTION>13</SOLUTION> Let me double-check: 6 + 7 is 13, and",
 ]
 EXAMPLE_ANSWER = "42"
+SCORE_CONCURRENCY = 16  # score events at once; most finish in milliseconds, a few may wait seconds on a checker
 
 
 def load_group_into_sandbox(completions: list[str], answer: str) -> tuple[str, str]:
@@ -66,7 +71,7 @@ def _custom_scores(code: str, completions: list[str], answer: str) -> list[float
 
 # The inputs of every handler, in order; the names are what gradio_client callers pass as keywords.
 INPUT_NAMES = ["completions_text", "answer", "enabled", "scale", *DEFAULT_TAGS.to_dict(), "custom_code",
-               *(f"weight_{n}" for n in NAMES)]
+               "owner_token", *(f"weight_{n}" for n in NAMES)]
 
 
 def _named_inputs(fn):
@@ -77,20 +82,43 @@ def _named_inputs(fn):
     return fn
 
 
-def compute(completions_text, answer, enabled, scale, rs, re_, ss, se, code, *weights) -> tuple[GroupScore, DesignReport]:
+def compute(completions_text, answer, enabled, scale, rs, re_, ss, se, code, token, *weights) -> tuple[GroupScore, DesignReport]:
     """Everything the tab and the API show; bad input raises RewardInputError / ValueError with the fix."""
+    if code and code.strip():  # running code is the owner's: checked before anything a stranger sent is read
+        try:
+            check_owner(token, "running custom reward code")
+        except PermissionError as exc:
+            raise RewardInputError(str(exc)) from None
     tags = Tags(rs, re_, ss, se)
     chosen = {name: w for name, w in zip(NAMES, weights) if name in (enabled or [])}
     for name in chosen:
         if chosen[name] is None:
             raise RewardInputError(f"weight of {name} is empty: give a number such as 1.0")
     completions = split_group(completions_text or "")
-    answer = (answer or "").strip()
-    if not answer:
-        raise RewardInputError("give the gold answer (the final answer only, e.g. 42)")
-    custom = _custom_scores(code, completions, answer) if completions else None
-    group = score_group(completions, answer, chosen, tags, scale, {"custom": custom} if custom else None)
+    answers = gold_answers(answer, len(completions))
+    if code and code.strip() and len(answers) > 1:
+        raise RewardInputError("a custom reward takes one gold answer for the group: give one answer, not one each")
+    custom = _custom_scores(code, completions, answers[0]) if completions else None
+    gold = answers[0] if len(answers) == 1 else answers
+    with request_deadline():  # one request's math-verify time is bounded: others keep their checkers
+        group = score_group(completions, gold, chosen, tags, scale, {"custom": custom} if custom else None)
     return group, check_design(chosen, tags)
+
+
+def gold_answers(text: str | None, n_completions: int) -> list[str]:
+    """The gold answer box: one answer for the group, or one per completion separated by lines `---` (what an
+    uploaded file with an answer per row fills in). Each must be a number the rewards can compare."""
+    answers = [a.strip() for a in split_group(text or "")] or [""]
+    if not answers[0]:
+        raise RewardInputError("give the gold answer (the final answer only, e.g. 42)")
+    if len(answers) > 1 and len(answers) != n_completions:
+        raise RewardInputError(f"{len(answers)} gold answers for {n_completions} completions: give one answer for "
+                               "the group, or exactly one per completion (separated by lines ---)")
+    for gold in answers:
+        problem = gold_answer_problem(gold)
+        if problem:
+            raise RewardInputError(problem)
+    return answers
 
 
 def _frame(group: GroupScore) -> pd.DataFrame:
@@ -114,7 +142,7 @@ def score_view(*inputs):
     try:
         group, design = compute(*inputs)
     except ValueError as exc:
-        return pd.DataFrame(), render_report(None, None, [f"⛔ {exc}"]), ""
+        return pd.DataFrame(), render_report(None, None, [f"Error: {exc}"]), ""
     return _frame(group), render_report(group, design, []), render_details(group)
 
 
@@ -155,9 +183,20 @@ def _custom_reward_box():
     return code
 
 
-def create_sandbox_tab() -> dict:
+@dataclass(frozen=True)
+class SandboxInputs:
+    """The boxes another tab may fill (the Training tab sends a run's sample group and settings), by name."""
+    completions: gr.Textbox
+    answer: gr.Textbox
+    enabled: gr.CheckboxGroup
+    weights: dict[str, gr.Number]  # reward name -> its weight box
+    scale: gr.Radio
+    tags: dict[str, gr.Textbox]  # Tags field -> its box
+
+
+def create_sandbox_tab() -> SandboxInputs:
     initial = score_view(join_group(EXAMPLE_GROUP), EXAMPLE_ANSWER, list(DEFAULT_WEIGHTS), "group",
-                         *DEFAULT_TAGS.as_list(), "", *(DEFAULT_WEIGHTS.get(n, 1.0) for n in NAMES))
+                         *DEFAULT_TAGS.as_list(), "", "", *(DEFAULT_WEIGHTS.get(n, 1.0) for n in NAMES))
     gr.Markdown(
         "Paste real completions of your model (one, or a group separated by lines `---`) and the gold answer. "
         "Each reward's score, the group's advantages and the reasons update as you type."
@@ -166,7 +205,9 @@ def create_sandbox_tab() -> dict:
         with gr.Column(scale=2):
             completions = gr.Textbox(join_group(EXAMPLE_GROUP), lines=14, max_lines=30, label="completions",
                                      info="one per block; separate blocks with a line ---", elem_id="sandbox-completions")
-            answer = gr.Textbox(EXAMPLE_ANSWER, label="gold answer", max_length=1000, elem_id="sandbox-answer")
+            answer = gr.Textbox(EXAMPLE_ANSWER, label="gold answer", max_length=1000, lines=1, max_lines=8,
+                                info="a number; or one per completion, separated by lines --- (an uploaded file "
+                                     "with an answer per row fills them in)", elem_id="sandbox-answer")
             upload = gr.File(label="or upload a .jsonl / .csv of completions (column or key `completion`, "
                                    "optional `answer`; at most 1 MB)", file_types=[".jsonl", ".csv"], type="filepath")
             with gr.Accordion("Reward functions, weights, advantage scaling", open=True):
@@ -183,6 +224,8 @@ def create_sandbox_tab() -> dict:
                 tag_boxes = [gr.Textbox(v, label=k, max_length=64) for k, v in DEFAULT_TAGS.to_dict().items()]
             with gr.Accordion("Custom reward (Python)", open=False):
                 code = _custom_reward_box()
+                token = gr.Textbox("", label="Owner token (custom code runs for the owner only)", type="password",
+                                   visible=owner_token_required(), max_length=256)
         with gr.Column(scale=3):
             report = gr.Markdown(initial[1], elem_id="sandbox-report")
             table = gr.Dataframe(initial[0], label="scores (one row per completion)", interactive=False,
@@ -190,11 +233,14 @@ def create_sandbox_tab() -> dict:
             details = gr.HTML(initial[2], elem_id="sandbox-details")
             score_button = gr.Button("score", visible=False)
 
-    inputs = [completions, answer, enabled, scale, *tag_boxes, code, *weights]
+    inputs = [completions, answer, enabled, scale, *tag_boxes, code, token, *weights]
+    # Scoring has its own pool of event slots: a request that waits on math-verify or custom code (blocked,
+    # not computing) must not hold one of the app's few default slots while cheap requests queue behind it.
+    scoring = {"concurrency_id": "score", "concurrency_limit": SCORE_CONCURRENCY}
     for component in inputs:
         component.change(score_view, inputs, [table, report, details], trigger_mode="always_last",
-                         api_visibility="private", show_progress="hidden")
-    score_button.click(score_table, inputs, [table], api_name="score")
+                         api_visibility="private", show_progress="hidden", **scoring)
+    score_button.click(score_table, inputs, [table], api_name="score", **scoring)
     upload.upload(upload_file, upload, [completions, answer], api_visibility="private")
-    return {"completions": completions, "answer": answer, "enabled": enabled, "weights": weights, "scale": scale,
-            "tags": tag_boxes, "code": code, "table": table, "report": report, "details": details}
+    return SandboxInputs(completions, answer, enabled, dict(zip(NAMES, weights)), scale,
+                         dict(zip(DEFAULT_TAGS.to_dict(), tag_boxes)))

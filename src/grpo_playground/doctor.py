@@ -1,8 +1,8 @@
 """The doctor: names a collapse from the metrics stream, in plain words, with the knob to turn.
 
-Pure Python, no torch (the UI imports it). Each rule is the recipe's collapse table row
-(../shared/notes/recipe.md) turned into a test over a sliding window of logged rows; thresholds live in
-`Thresholds` and are documented in docs/doctor.md. `diagnose(metrics)` replays the stream and reports each
+Pure Python, no torch: the UI, the job launcher and the training callbacks import it (it sits outside training/
+because the app process never imports that package). Each rule is a row of the collapse table in docs/doctor.md
+turned into a test over a sliding window of logged rows; thresholds live in `Thresholds`, documented there too. `diagnose(metrics)` replays the stream and reports each
 rule once per stage, at the first logged step where it fires. `diagnose_crash(text)` turns a crash's
 error text (OOM, NaN logits / device-side assert) into the same kind of finding.
 """
@@ -15,11 +15,14 @@ from dataclasses import asdict, dataclass
 
 @dataclass(frozen=True)
 class Finding:
-    rule: str
+    """One problem a check found, in plain words: the doctor's rules over the metrics and the reward design check
+    (rewards.design_check) both report these."""
+
     severity: str  # "info" | "warning" | "error"
-    step: int
     message: str
-    knob: str
+    rule: str = ""  # the rule's name in docs/doctor.md (the design check's findings have none)
+    knob: str = ""  # the setting to turn
+    step: int = 0
     stage: str = "grpo"
 
     def to_dict(self) -> dict:
@@ -210,7 +213,7 @@ def diagnose(metrics: list[dict], thresholds: Thresholds = Thresholds()) -> list
             if verdict:
                 severity, message = verdict
                 fired.add((stage, name))
-                findings.append(Finding(name, severity, int(row.get("step", len(rows))), message, KNOBS[name], stage))
+                findings.append(Finding(severity, message, name, KNOBS[name], int(row.get("step", len(rows))), stage))
     return findings
 
 
@@ -218,11 +221,11 @@ def diagnose_crash(error_text: str, step: int = 0, stage: str = "grpo") -> Findi
     """A crash's error text -> a finding (None when it is not a known collapse)."""
     text = error_text.lower()
     if "out of memory" in text or "outofmemoryerror" in text or "cannot allocate memory" in text:
-        return Finding("oom", "error", step, "out of memory: the group or the context is too large for the device",
-                       KNOBS["oom"], stage)
+        return Finding("error", "out of memory: the group or the context is too large for the device", "oom",
+                       KNOBS["oom"], step, stage)
     if "device-side assert" in text or "probability tensor contains" in text or "nan" in _words(text):
-        return Finding("nan", "error", step, "NaN logits (on a GPU: 'device-side assert triggered' in sampling): the "
-                       "learning rate is too high and the weights blew up", KNOBS["nan"], stage)
+        return Finding("error", "NaN logits (on a GPU: 'device-side assert triggered' in sampling): the learning "
+                       "rate is too high and the weights blew up", "nan", KNOBS["nan"], step, stage)
     return None
 
 

@@ -1,4 +1,4 @@
-"""Evaluation backends on the chat engines, plugged into grpo_playground.eval's BACKENDS seam.
+"""Evaluation backends on the chat engines (llama.cpp, vLLM), listed in grpo_playground.eval.backends.BACKENDS.
 
 - `llama.cpp`: a GGUF file (an export, a registry GGUF model such as smollm2-135m, or an export's
   `NAME.lora.gguf`, run on its `NAME.base.f16.gguf`), greedy, in the eval's own child process.
@@ -9,8 +9,10 @@ backend decodes from exactly the text the model was trained on. Heavy imports ha
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from grpo_playground.eval.generation import Generation, end_of_turn_ids
 from grpo_playground.serving.backends import vllm_unavailable_reason
 from grpo_playground.serving.process import BackendUnavailable
 
@@ -54,9 +56,7 @@ class LlamaCppBackend:
         self.llm = Llama(model_path=str(gguf), lora_path=str(lora) if lora else None, n_ctx=4096, n_threads=1,
                          n_gpu_layers=gpu_layers, seed=0, verbose=False)
 
-    def generate(self, prompts: list[str], max_new_tokens: int) -> list:
-        from grpo_playground.eval.backends import Generation
-
+    def generate(self, prompts: list[str], max_new_tokens: int) -> list[Generation]:
         generations = []
         for prompt in prompts:
             tokens = self.llm.tokenize(prompt.encode(), add_bos=False, special=True)
@@ -70,35 +70,57 @@ class LlamaCppBackend:
         self.llm.close()
 
 
+EVAL_ROWS, EVAL_TOKENS = 64, 2048  # sequences decoded at once and their length, for the KV-cache share
+
+
+def eval_memory_share(model_dir) -> float:
+    import torch
+
+    from grpo_playground.vllm_memory import memory_share, read_config, shape_from_config
+
+    return memory_share(shape_from_config(read_config(model_dir)), EVAL_ROWS, EVAL_TOKENS,
+                        torch.cuda.get_device_properties(0).total_memory)
+
+
 class VllmBackend:
-    """Batched greedy decoding in vLLM; a LoRA folder is applied per request on the unmerged base."""
+    """Batched greedy decoding in vLLM; a LoRA folder is applied per request on the unmerged base. Decodes from
+    the same token ids and stops at the same end-of-turn tokens as the transformers backend."""
 
     name = "vllm"
 
     def __init__(self, model: str, device: str | None = None, dtype: str | None = None):
+        from grpo_playground.models import hf_dir, load_tokenizer, resolve_model
+        from grpo_playground.serving.backends import VLLM_LORA_RANKS, lora_rank, vllm_adapter_problem, vllm_env
+
         reason = vllm_unavailable_reason()
         if reason:
             raise BackendUnavailable(reason)
+        spec = resolve_model(model)
+        problem = vllm_adapter_problem(spec.location) if spec.source == "adapter" else None
+        if problem:
+            raise ValueError(problem)
+        for key, value in vllm_env().items():  # read by vLLM at import and by its engine process
+            os.environ.setdefault(key, value)
         from vllm import LLM
         from vllm.lora.request import LoRARequest
 
-        from grpo_playground.models import load_tokenizer, resolve_model
-        from grpo_playground.serving.backends import VLLM_LORA_RANKS, lora_rank
-
-        spec = resolve_model(model)
         self.tokenizer = load_tokenizer(spec)
+        self.stop_ids = sorted(end_of_turn_ids(self.tokenizer))
         base = spec.base if spec.source == "adapter" else spec
         self.lora = LoRARequest("adapter", 1, spec.location) if spec.source == "adapter" else None
         rank = lora_rank(spec.location) if self.lora else 8
-        self.llm = LLM(model=base.location, dtype=dtype or "auto", enable_lora=self.lora is not None,
-                       max_lora_rank=next(r for r in VLLM_LORA_RANKS if r >= rank), gpu_memory_utilization=0.7, seed=0)
+        # bfloat16 as the transformers backend uses on a GPU (the converted SmolLM2 folder says float32); a memory
+        # share sized from the model, not a fixed 0.7: on the H200 a fixed 0.7 failed when another engine held memory
+        self.llm = LLM(model=str(hf_dir(base)), dtype=dtype or "bfloat16", enable_lora=self.lora is not None,
+                       max_lora_rank=next(r for r in VLLM_LORA_RANKS if r >= rank), seed=0,
+                       gpu_memory_utilization=eval_memory_share(hf_dir(base)))
 
-    def generate(self, prompts: list[str], max_new_tokens: int) -> list:
+    def generate(self, prompts: list[str], max_new_tokens: int) -> list[Generation]:
         from vllm import SamplingParams
 
-        from grpo_playground.eval.backends import Generation
-
-        params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
-        outputs = self.llm.generate(prompts, params, lora_request=self.lora)
+        params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=self.stop_ids)
+        # token ids, not text: the rendered template holds any BOS it wants (vLLM would add one to a text prompt)
+        ids = [{"prompt_token_ids": self.tokenizer.encode(p, add_special_tokens=False)} for p in prompts]
+        outputs = self.llm.generate(ids, params, lora_request=self.lora, use_tqdm=False)
         return [Generation(o.outputs[0].text, len(o.outputs[0].token_ids), o.outputs[0].finish_reason == "length")
                 for o in outputs]

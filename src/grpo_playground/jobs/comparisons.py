@@ -1,0 +1,187 @@
+""""GRPO vs more SFT" comparisons from the UI: `python -m pipelines.experiments.seed_regime` as a background job.
+
+Each comparison has its own folder, <runs>/comparisons/<id>/: the recipe it runs (a copy: editing the original
+later changes nothing), comparison_job.json (pid, plan), comparison.log (a file, never a pipe), work/ (the
+experiment's data, run folders and progress.json) and comparison_result.json/.md when it is done. Like an evaluation job it
+outlives the browser and the app; its state is read back from disk: running while the pid lives, then finished
+(the result exists), stopped (Stop was pressed) or failed.
+
+It trains, so it takes the training slot: the chain runs under `flock <runs>/.gpu.lock` (the lock the training
+launcher takes), so it waits for a training run to end and training runs wait for it. One comparison at a time;
+sizes and minutes are bounded (ComparisonPlan) and the whole chain is under coreutils `timeout`, so even the owner
+token cannot start a job that runs for days. Stop signals the whole process group.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from grpo_playground.child_process import CHECKOUT, env_without_secrets, python_child_env
+from grpo_playground.data.generator import LEVELS
+from grpo_playground.data.spec import parse_levels
+from grpo_playground.jobs.launcher import LOCK_NAME
+from grpo_playground.jobs.runs import is_alive, process_start_ticks
+from grpo_playground.run_layout import (
+    COMPARISON_JOB,
+    COMPARISON_LOG,
+    COMPARISON_RESULT,
+    COMPARISON_WORK,
+    PROGRESS_FILE,
+    RECIPE_FILE,
+    RUN_ID_RE,
+    STATUS_FILE,
+    comparisons_dir,
+    new_run_id,
+    read_json,
+    runs_dir,
+    write_json_atomic,
+)
+from grpo_playground.serving.process import log_tail
+
+SLOT_MARK = "[compare] got the training slot"
+MAX_JOB_S = 4 * 3600  # the whole chain: SFT rounds, three arms of at most MAX_MINUTES, four evaluations
+LOG_TAIL_LINES = 40
+LEVELS_RE = re.compile(r"^\d(-\d)?(,\d(-\d)?){0,9}$")  # single digits: "1-999999999" would build a huge range
+
+
+@dataclass(frozen=True)
+class ComparisonPlan:
+    """What the app lets a user choose, each bounded (an owner's typo must not start a day-long job)."""
+    minutes: float = 3.0  # T: each arm's training time after sft-W
+    n_worked: int = 100  # W: worked solutions (the CLI's default is 200)
+    n_answers: int = 1000  # A: answer-only problems (CLI: 4000)
+    n_eval: int = 200  # held-out prompts every arm is scored on (CLI: 600)
+    levels: str = "1-2"  # generator levels of every set ("" = all); `tiny` learns little above level 2
+    round_steps: int = 40  # SFT steps between two format checks
+    max_rounds: int = 5  # the arms start from sft-W after at most this many rounds
+    format_target: float = 0.95  # sampled format rate that ends sft-W
+
+    LIMITS = {"minutes": (0.05, 15), "n_worked": (1, 500), "n_answers": (1, 4000), "n_eval": (2, 600),
+              "round_steps": (1, 200), "max_rounds": (1, 10), "format_target": (0, 1)}
+
+    def __post_init__(self):
+        for name, (low, high) in self.LIMITS.items():
+            value = getattr(self, name)
+            if not low <= value <= high:
+                raise ValueError(f"{name} = {value:g} is out of range: use {low:g} to {high:g} here "
+                                 "(the CLI, python -m pipelines.experiments.seed_regime, takes larger runs)")
+        if self.levels and not (LEVELS_RE.match(self.levels) and set(parse_levels(self.levels)) <= set(LEVELS)):
+            raise ValueError(f"levels {self.levels!r}: write levels from {LEVELS[0]} to {LEVELS[-1]} such as 1-2 "
+                             "or 1,3 (or leave it empty for all levels)")
+
+    def sources(self) -> dict[str, str]:
+        query = f"?levels={self.levels}" if self.levels else ""
+        return {"worked": f"generator:train{query}", "answers": f"generator:train{query}",
+                "eval": f"generator:test{query}"}
+
+
+def comparison_path(comparison_id: str) -> Path:
+    """The folder of an existing comparison; the id is checked so that no one points outside the folder."""
+    if not isinstance(comparison_id, str) or not RUN_ID_RE.match(comparison_id):
+        raise ValueError(f"comparison id {comparison_id!r} is not valid: pick one from the list")
+    path = comparisons_dir() / comparison_id
+    if not (path / COMPARISON_JOB).is_file():
+        raise FileNotFoundError(f"no comparison {comparison_id!r}: pick one from the list")
+    return path
+
+
+def experiment_command(folder: Path, plan: ComparisonPlan) -> list[str]:
+    """The CLI the job runs (and the panel shows, to rerun it by hand or with larger sizes)."""
+    sources = plan.sources()
+    return [sys.executable, "-m", "pipelines.experiments.seed_regime", "--recipe", str(folder / RECIPE_FILE),
+            "--worked", sources["worked"], "--answers", sources["answers"], "--eval-data", sources["eval"],
+            "--n-worked", str(plan.n_worked), "--n-answers", str(plan.n_answers), "--n-eval", str(plan.n_eval),
+            "--minutes", f"{plan.minutes:g}", "--round-steps", str(plan.round_steps),
+            "--max-rounds", str(plan.max_rounds), "--format-target", f"{plan.format_target:g}",
+            "--work", str(folder / COMPARISON_WORK), "--out", str(folder / COMPARISON_RESULT)]
+
+
+def comparison_state(comparison_id: str) -> dict:
+    """{"id", "state": waiting|running|finished|stopped|failed, "plan", "recipe_name", "command", "order" and
+    "steps" (progress.json's), "current" (the running step's training status, if any), "result" (when finished),
+    "log"}."""
+    folder = comparison_path(comparison_id)
+    job = read_json(folder / COMPARISON_JOB)
+    log = log_tail(folder / COMPARISON_LOG, LOG_TAIL_LINES)
+    progress_file = read_json(folder / COMPARISON_WORK / PROGRESS_FILE)
+    progress = progress_file.get("steps", {})
+    result = read_json(folder / f"{COMPARISON_RESULT}.json") or None
+    if is_alive(job.get("pid"), job.get("start_ticks")):
+        state = "running" if SLOT_MARK in log or progress else "waiting"
+    else:
+        state = "finished" if result else ("stopped" if job.get("stopped") else "failed")
+    running = [step for step, s in progress.items() if s.get("state") == "running"]
+    current = {}
+    if state == "running" and running and progress[running[-1]].get("run_dir"):
+        current = read_json(Path(progress[running[-1]]["run_dir"]) / STATUS_FILE)
+    return {"id": comparison_id, "state": state, "plan": job.get("plan", {}), "recipe_name": job.get("recipe_name"),
+            "command": job.get("command", ""), "started": job.get("started"),
+            "order": progress_file.get("order", []), "steps": progress,
+            "current": current, "result": result, "log": log}
+
+
+def list_comparisons() -> list[str]:
+    """Ids of every comparison, newest first (ids start with their creation time)."""
+    return sorted((p.name for p in comparisons_dir().iterdir() if (p / COMPARISON_JOB).is_file()), reverse=True)
+
+
+def running_comparison() -> str | None:
+    for comparison_id in list_comparisons():
+        job = read_json(comparisons_dir() / comparison_id / COMPARISON_JOB)
+        if is_alive(job.get("pid"), job.get("start_ticks")):
+            return comparison_id
+    return None
+
+
+def start_comparison(recipe: Path, recipe_name: str, plan: ComparisonPlan) -> dict:
+    """Start the experiment on `recipe` (already checked; `recipe_name` says where it came from) with `plan`;
+    refuses while another comparison runs."""
+    busy = running_comparison()
+    if busy:
+        raise RuntimeError(f"comparison {busy} is still running: wait for it or press Stop")
+    folder = comparisons_dir() / new_run_id("compare")
+    folder.mkdir()
+    shutil.copyfile(recipe, folder / RECIPE_FILE)
+    command = experiment_command(folder, plan)
+    lock = runs_dir() / LOCK_NAME
+    # flock holds the training slot for the whole chain (its child inherits the locked fd); --foreground keeps
+    # `timeout` in the job's process group, so Stop (killpg) reaches every training child too. It only signals
+    # the experiment, so past the limit `kill 0` ends the rest of the group (a training child).
+    inner = (f"echo {shlex.quote(SLOT_MARK)}; timeout --foreground {MAX_JOB_S} {shlex.join(command)}; rc=$?; "
+             f"if [ $rc -eq 124 ]; then echo '[compare] FAILED: over the {MAX_JOB_S // 3600} h limit'; kill 0; fi; "
+             "exit $rc")
+    chain = (f"echo '[compare] waiting for the training slot'; "
+             f"exec flock {shlex.quote(str(lock))} /bin/sh -c {shlex.quote(inner)}")
+    env = python_child_env(env_without_secrets(), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    with open(folder / COMPARISON_LOG, "wb") as log:
+        proc = subprocess.Popen(["/bin/sh", "-c", chain], cwd=CHECKOUT, env=env, stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    threading.Thread(target=proc.wait, daemon=True).start()  # collect its exit status: no zombie
+    write_json_atomic(folder / COMPARISON_JOB, {
+        "pid": proc.pid, "start_ticks": process_start_ticks(proc.pid), "plan": asdict(plan),
+        "recipe_name": recipe_name, "command": "OMP_NUM_THREADS=1 " + shlex.join(["python", *command[1:]]),
+        "started": time.time()})
+    return comparison_state(folder.name)
+
+
+def stop_comparison(comparison_id: str) -> str:
+    folder = comparison_path(comparison_id)
+    job = read_json(folder / COMPARISON_JOB)
+    if not is_alive(job.get("pid"), job.get("start_ticks")):
+        return f"Comparison {comparison_id} is not running."
+    write_json_atomic(folder / COMPARISON_JOB, {**job, "stopped": True})
+    try:
+        os.killpg(job["pid"], signal.SIGTERM)  # its own session: the whole chain, nothing else
+    except ProcessLookupError:
+        pass
+    return f"Stopped comparison {comparison_id} (pid {job['pid']})."

@@ -1,0 +1,196 @@
+"""The run folder, in one place: its file and stage names, its paths, its status, and the settings in its recipe.
+
+A run folder (runs/<run_id>/, docs/ARCHITECTURE.md "Run folder") is the contract between the app (UI, jobs), the
+training job, eval, export and chat: the job writes it, the others read it. Every one of them takes the names from
+here, so a file is renamed in one line (tests/test_run_layout.py greps that no other module types one).
+Torch-free and light: the UI imports it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from grpo_playground.tags import Tags
+
+RUNS_DIR_ENV = "GRPO_PLAYGROUND_RUNS_DIR"
+EXPORTS_DIR_ENV = "GRPO_PLAYGROUND_EXPORTS_DIR"
+
+# --- files in runs/<run_id>/ ----------------------------------------------------------------------------------
+RECIPE_FILE = "recipe.yaml"  # the RunConfig the job runs (saved once, by whoever creates the run)
+STATUS_FILE = "status.json"  # state, stage, step... (atomic writes: write_status)
+LOG_FILE = "log.txt"  # the job's stdout + stderr
+METRICS_FILE = "metrics.jsonl"  # one row per step
+SAMPLES_FILE = "samples.jsonl"  # one GRPO group per logging step
+DOCTOR_FILE = "doctor.jsonl"  # the doctor's findings
+PREFLIGHT_FILE = "preflight.json"  # the pre-flight report
+JOB_FILE = "job.json"  # written by the UI: the launcher's pid and process group
+STOP_FILE = "stop.request"  # created by the UI to ask for a stop
+CHECKPOINTS_DIR = "checkpoints"  # checkpoints/<stage>/checkpoint-N/ (resume)
+ADAPTER_CONFIG = "adapter_config.json"  # a finished stage's LoRA folder <stage>/ holds it (PEFT's name)
+EXPORT_DIR = "export"  # export/<stage>/: lora/, merged/, *.gguf, Modelfile, export.json, export.log
+EXPORT_RESULT = "export.json"  # the export's result and state, inside the export folder
+EXPORT_LOG = "export.log"  # the export's output (in the run folder for the UI's job; converters' in export/<stage>/)
+EXPORT_JOB = "export_job.json"  # written by the UI: the export process's pid and its export folder
+# --- in the runs directory --------------------------------------------------------------------------------------
+EVALS_DIR = "evals"  # <runs>/evals/*.json: the Evaluate tab's results
+EVAL_JOB = "eval_job.json"  # <runs>/evals/: the evaluation job's pid and plan
+EVAL_LOG = "eval.log"  # <runs>/evals/: its output
+COMPARISONS_DIR = "comparisons"  # <runs>/comparisons/<id>/: one "GRPO vs more SFT" experiment each, holding
+COMPARISON_JOB = "comparison_job.json"  # its pid, plan and command (written by the UI),
+COMPARISON_LOG = "comparison.log"  # its output, RECIPE_FILE (a copy of the recipe it runs),
+COMPARISON_WORK = "work"  # the experiment's --work folder (data, run folders, PROGRESS_FILE)
+COMPARISON_RESULT = "comparison_result"  # and its --out: comparison_result.json and .md
+PROGRESS_FILE = "progress.json"  # the experiment's steps in order and each one's state
+
+# --- stages and states ------------------------------------------------------------------------------------------
+TRAINED_STAGES = ("sft", "grpo")  # in training order; each leaves a LoRA folder of its name
+JOB_STAGES = ("all", *TRAINED_STAGES, "preflight")  # pipelines.train --stage
+ACTIVE_STATES = ("queued", "running", "stopping")
+FINAL_STATES = ("stopped", "finished", "failed")
+
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+# --- where runs live --------------------------------------------------------------------------------------------
+def runs_dir() -> Path:
+    """The runs directory (env GRPO_PLAYGROUND_RUNS_DIR, default ./runs), created on first use."""
+    path = Path(os.environ.get(RUNS_DIR_ENV) or "runs").resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def exports_dir() -> Path:
+    """Where plain-model exports go (env GRPO_PLAYGROUND_EXPORTS_DIR, default ./exports)."""
+    return Path(os.environ.get(EXPORTS_DIR_ENV) or "exports").resolve()
+
+
+def evals_dir() -> Path:
+    path = runs_dir() / EVALS_DIR
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def comparisons_dir() -> Path:
+    path = runs_dir() / COMPARISONS_DIR
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def run_path(run_id: str) -> Path:
+    """The folder of an existing run; the id is checked so that a user cannot point outside the runs dir."""
+    if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id):
+        raise ValueError(f"run id {run_id!r} is not valid: pick one from the run list (letters, digits, . _ -)")
+    path = runs_dir() / run_id
+    if not path.is_dir():
+        raise FileNotFoundError(f"no run {run_id!r} in {runs_dir()}: pick one from the run list")
+    return path
+
+
+def new_run_id(name: str = "run") -> str:
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-")[:40] or "run"
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{slug}-{secrets.token_hex(2)}"
+
+
+# --- paths inside a run -----------------------------------------------------------------------------------------
+def adapter_dir(run_dir: str | Path, stage: str) -> Path:
+    return Path(run_dir) / stage
+
+
+def checkpoints_dir(run_dir: str | Path, stage: str) -> Path:
+    return Path(run_dir) / CHECKPOINTS_DIR / stage
+
+
+def export_dir(run_dir: str | Path, stage: str) -> Path:
+    return Path(run_dir) / EXPORT_DIR / stage
+
+
+def stage_done(run_dir: str | Path, stage: str) -> bool:
+    """The stage finished: its LoRA folder holds an adapter."""
+    return (adapter_dir(run_dir, stage) / ADAPTER_CONFIG).is_file()
+
+
+def latest_stage(run_dir: str | Path) -> str | None:
+    """The last trained stage whose adapter exists (grpo, else sft), None before any finished."""
+    return next((s for s in reversed(TRAINED_STAGES) if stage_done(run_dir, s)), None)
+
+
+# --- status -----------------------------------------------------------------------------------------------------
+def read_json(path: Path) -> dict:
+    """A JSON object from a file; {} when missing or caught half-written (writers replace files atomically,
+    but a foreign writer might not)."""
+    try:
+        value = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def write_json_atomic(path: Path, value: dict) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(value, indent=1), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_status(run_dir: Path) -> dict:
+    return read_json(Path(run_dir) / STATUS_FILE)
+
+
+def write_status(run_dir: Path, **updates) -> dict:
+    """Merge `updates` into status.json (atomically), stamping `updated`; returns the new status."""
+    status = read_status(run_dir)
+    status.update(updates)
+    status["updated"] = time.time()
+    write_json_atomic(Path(run_dir) / STATUS_FILE, status)
+    return status
+
+
+# --- a run's settings, from its recipe --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RunSettings:
+    """What a checkpoint's consumers (eval, export, chat) must prompt and score it with: the run's own choices."""
+
+    tags: Tags
+    prefill_reasoning: bool
+    reward_weights: dict[str, float]
+    base_model: str
+    recipe: Path
+
+
+def recipe_of(model: str | Path) -> Path | None:
+    """The recipe of the run a folder belongs to: the run folder itself or one of its stage folders; None for
+    anything else (a registry name, a plain model folder, a file)."""
+    path = Path(model)
+    if not path.is_dir():
+        return None
+    return next((p / RECIPE_FILE for p in (path, path.parent) if (p / RECIPE_FILE).is_file()), None)
+
+
+def run_of(checkpoint: str | Path) -> Path | None:
+    """The run folder a checkpoint comes from: the run itself, one of its stage folders, or a file of one of its
+    exports (export/<stage>/NAME.gguf, what chat serves); None for anything else."""
+    path = Path(checkpoint)
+    if path.is_file() and path.parent.parent.name == EXPORT_DIR:
+        path = path.parent.parent.parent
+    recipe = recipe_of(path)
+    return recipe.parent if recipe else None
+
+
+def run_settings(model: str | Path) -> RunSettings | None:
+    """The tags, prefill, reward weights and base model a run (or one of its stage folders) was trained with;
+    None when `model` is not inside a run. A recipe that does not load raises ConfigError, naming the fix."""
+    recipe = recipe_of(model)
+    if recipe is None:
+        return None
+    from grpo_playground.config import load_recipe  # config pulls in the reward registry: only when asked
+
+    config = load_recipe(recipe)
+    return RunSettings(config.rewards.tags, config.data.prefill_reasoning, dict(config.rewards.weights),
+                       config.model.name_or_path, recipe)
+

@@ -1,0 +1,267 @@
+""""GRPO vs more SFT" panel (Evaluate tab): the seed-regime experiment on a recipe of the user's, as a background job.
+
+Same arms as `python -m pipelines.experiments.seed_regime` (sft-W; + GRPO on answer-only problems for T minutes;
++ more SFT on W for the same time; + SFT on fresh worked problems), smaller sets by default. The job
+(grpo_playground.jobs.comparisons) outlives the browser; the panel lists every comparison on page load, follows the
+chosen one from its progress file every few seconds, and when it is done shows each arm's accuracy with GRPO's
+paired difference, and accuracy by level, read from the experiment's result JSON. Starting and stopping need the
+owner token when GRPO_PLAYGROUND_OWNER_TOKEN is set.
+
+API (gradio_client): /compare_start (recipe, minutes, n_worked, n_answers, n_eval, levels, round_steps, max_rounds,
+format_target, token) -> the comparison's state; /compare_status (id, or "" for the newest) -> its state.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import gradio as gr
+import pandas as pd
+
+from grpo_playground.config import ConfigError, load_recipe
+from grpo_playground.jobs import check_owner, list_runs, owner_token_required, run_path
+from grpo_playground.jobs.comparisons import (ComparisonPlan, comparison_state, list_comparisons, start_comparison,
+                                              stop_comparison)
+from grpo_playground.run_layout import RECIPE_FILE
+from grpo_playground.ui.training_form import RECIPES_DIR, shipped_recipes
+
+POLL_S = 3.0
+START_ACTION = "starting or stopping a comparison"
+USER_ERRORS = (ValueError, PermissionError, FileNotFoundError, RuntimeError, ConfigError)
+PLAN = ComparisonPlan()  # the defaults the form starts from
+
+
+def recipe_choices() -> list[tuple[str, str]]:
+    """(label, value): the shipped recipes, then the recipe of every run (newest first)."""
+    shipped = [(f"recipes/{name}.yaml", f"recipe:{name}") for name in shipped_recipes()]  # labels: resolve_recipe's
+    runs = [(f"run {info.run_id}", f"run:{info.run_id}") for info in list_runs() if (info.path / RECIPE_FILE).is_file()]
+    return shipped + runs
+
+
+def resolve_recipe(choice: str | None) -> tuple[Path, str]:
+    """The recipe file of a choice ("recipe:NAME" or "run:ID") and its label; a clear error for anything else."""
+    kind, _, name = (choice or "").partition(":")
+    if kind == "recipe" and name in shipped_recipes():
+        path, label = RECIPES_DIR / f"{name}.yaml", f"recipes/{name}.yaml"
+    elif kind == "run":
+        path, label = run_path(name) / RECIPE_FILE, f"run {name}"
+        if not path.is_file():
+            raise FileNotFoundError(f"run {name} has no {RECIPE_FILE}: pick another run or a shipped recipe")
+    else:
+        raise ValueError(f"unknown recipe {choice!r}: pick one of the shipped recipes "
+                         f"({', '.join(shipped_recipes())}) or a run's recipe from the list")
+    load_recipe(path)  # a broken recipe is refused here, not minutes later in the job
+    return path, label
+
+
+def start(recipe, minutes, n_worked, n_answers, n_eval, levels, round_steps, max_rounds, format_target,
+          token=None) -> dict:
+    """Owner only: check everything, then start the comparison job (returns at once)."""
+    check_owner(token, START_ACTION)  # first: a visitor's input is not even read
+    numbers = {"minutes": minutes, "n_worked": n_worked, "n_answers": n_answers, "n_eval": n_eval,
+               "round_steps": round_steps, "max_rounds": max_rounds, "format_target": format_target}
+    for name, value in numbers.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            raise ValueError(f"{name} must be a number, got {value!r}")
+        if name not in ("minutes", "format_target") and value != int(value):
+            raise ValueError(f"{name} must be a whole number, got {value!r}")
+    plan = ComparisonPlan(levels=str(levels or "").strip(), **{
+        k: (float(v) if k in ("minutes", "format_target") else int(v)) for k, v in numbers.items()})
+    return start_comparison(*resolve_recipe(recipe), plan)
+
+
+def state_text(state: dict) -> str:
+    """The comparison in words: its state, each step done / running (with the training step) / waiting."""
+    plan = state["plan"]
+    word = {"waiting": "**Waiting for the training slot** (a training run holds it)",
+            "running": "**Running** (a background job: closing the browser does not stop it)",
+            "finished": "**Finished**", "stopped": "**Stopped**",
+            "failed": "**Failed** (see the log below)"}[state["state"]]
+    head = (f"{word}: comparison `{state['id']}` on `{state['recipe_name']}`, T = {plan.get('minutes', 0):g} min, "
+            f"W = {plan.get('n_worked')}, A = {plan.get('n_answers')}, {plan.get('n_eval')} held-out prompts.")
+    steps = []
+    for step in state["order"]:
+        mark = state["steps"].get(step, {}).get("state", "waiting")
+        if mark == "running" and state["state"] != "running":
+            mark = "interrupted"
+        elif mark == "running" and state["current"].get("max_steps"):
+            mark += f" (step {state['current'].get('step', 0)} of at most {state['current']['max_steps']})"
+        steps.append(f"- {step}: {mark}")
+    return "\n\n".join([head, "\n".join(steps), f"The same experiment from a shell: `{state['command']}`"])
+
+
+LEGEND = "GRPO minus arm (points)"
+# the chart's x order (Vega sorts names otherwise): pipelines.experiments.seed_regime.ARMS; the package does not
+# import the CLI layer (pipelines/), so tests/test_compare.py checks that the two agree
+ARM_ORDER = ["sft_w", "sft_w+grpo_a", "sft_w+more_sft_w", "sft_w+fresh_sft"]
+
+
+def _grpo_arm(result: dict) -> str:
+    return next(arm for arm in result["eval"] if arm not in result["grpo_minus"])
+
+
+def legend_label(arm: str, grpo: str, d: dict | None) -> str:
+    """"more_sft_w: +0.5 ± 1.1": GRPO minus the arm in points; the arms' shared "sft_w+" is dropped, as the
+    chart's legend clips labels past about 25 characters."""
+    short = arm.split("+", 1)[-1]
+    return f"{short}: the GRPO arm" if arm == grpo else f"{short}: {100 * d['difference']:+.1f} ± {100 * d['se']:.1f}"
+
+
+def chart_frame(result: dict | None) -> pd.DataFrame:
+    """One bar per arm: greedy accuracy in percent; the legend carries GRPO's paired difference ± SE to it."""
+    if not result:
+        return pd.DataFrame(columns=["arm", "accuracy", LEGEND])
+    grpo = _grpo_arm(result)
+    return pd.DataFrame([{"arm": arm, "accuracy": round(100 * e["accuracy"], 1),
+                          LEGEND: legend_label(arm, grpo, result["grpo_minus"].get(arm))}
+                         for arm, e in result["eval"].items()])
+
+
+def arms_frame(result: dict | None) -> pd.DataFrame:
+    """Per arm: training time and steps, format rate and accuracy (± SE), GRPO minus it (paired, ± SE)."""
+    columns = ["arm", "train s", "steps", "format rate %", "accuracy %", "± %", "GRPO minus arm (points)", "± points"]
+    if not result:
+        return pd.DataFrame(columns=columns)
+    rows = []
+    for arm, e in result["eval"].items():
+        d = result["grpo_minus"].get(arm, {})
+        rows.append([arm, round(result["seconds"][arm]), result["steps"][arm], round(100 * e["format_rate"], 1),
+                     round(100 * e["accuracy"], 1), round(100 * e.get("accuracy_se", 0), 1),
+                     round(100 * d["difference"], 1) if d else None, round(100 * d["se"], 1) if d else None])
+    return pd.DataFrame(rows, columns=columns)
+
+
+def level_frame(result: dict | None) -> pd.DataFrame:
+    """Accuracy by problem level (%), one column per arm, with each level's number of prompts."""
+    if not result:
+        return pd.DataFrame(columns=["level", "prompts"])
+    evals = result["eval"]
+    levels = sorted({lv for e in evals.values() for lv in (e.get("per_level") or {})}, key=int)
+    rows = []
+    for lv in levels:
+        cells = [(e.get("per_level") or {}).get(lv) for e in evals.values()]
+        n = next((c["n"] for c in cells if c), 0)
+        rows.append([lv, n, *(round(100 * c["accuracy"], 1) if c else None for c in cells)])
+    return pd.DataFrame(rows, columns=["level", "prompts", *evals])
+
+
+def view(selected: str | None, shown: dict | None):
+    """Status, log, chart and tables of the chosen comparison (the newest when none is chosen); the chart and
+    tables are re-sent only when its result changed."""
+    ids = list_comparisons()
+    chosen = selected if selected in ids else (ids[0] if ids else None)
+    if chosen is None:
+        return ("No comparison has run from this app yet.", "", gr.skip(), gr.skip(), gr.skip(), shown,
+                gr.skip())
+    state = comparison_state(chosen)
+    signature = {"id": chosen, "finished": state["result"] is not None, "ids": ids}
+    shown = shown or {}
+    if (shown.get("id"), shown.get("finished")) == (chosen, signature["finished"]):
+        chart, arms, levels = gr.skip(), gr.skip(), gr.skip()
+    else:
+        result = state["result"]
+        chart, arms, levels = chart_frame(result), arms_frame(result), level_frame(result)
+    same_list = selected == chosen and shown.get("ids") == ids
+    picker = gr.skip() if same_list else gr.Dropdown(choices=ids, value=chosen)
+    return state_text(state), state["log"], chart, arms, levels, signature, picker
+
+
+def run_start(recipe, minutes, n_worked, n_answers, n_eval, levels, round_steps, max_rounds, format_target, token):
+    try:
+        state = start(recipe, minutes, n_worked, n_answers, n_eval, levels, round_steps, max_rounds, format_target,
+                      token)
+    except USER_ERRORS as error:
+        raise gr.Error(str(error), print_exception=False) from None
+    return gr.Dropdown(choices=list_comparisons(), value=state["id"])
+
+
+def run_stop(selected, token) -> str:
+    try:
+        check_owner(token, START_ACTION)
+        return stop_comparison(selected)
+    except USER_ERRORS as error:
+        raise gr.Error(str(error), print_exception=False) from None
+
+
+def api_start(recipe: str, minutes: float = PLAN.minutes, n_worked: int = PLAN.n_worked,
+              n_answers: int = PLAN.n_answers, n_eval: int = PLAN.n_eval, levels: str = PLAN.levels,
+              round_steps: int = PLAN.round_steps, max_rounds: int = PLAN.max_rounds,
+              format_target: float = PLAN.format_target, token: str = "") -> dict:
+    """Start a GRPO vs more SFT comparison on a recipe ("recipe:NAME" or "run:ID"); its state, without the log."""
+    try:
+        state = start(recipe, minutes, n_worked, n_answers, n_eval, levels, round_steps, max_rounds, format_target,
+                      token)
+    except USER_ERRORS as error:
+        raise gr.Error(str(error), print_exception=False) from None
+    return {k: v for k, v in state.items() if k != "log"}
+
+
+def api_status(comparison_id: str = "") -> dict:
+    """A comparison's state (the newest when the id is empty): steps, result; {} when none has run."""
+    ids = list_comparisons()
+    try:
+        return comparison_state(comparison_id or ids[0]) if comparison_id or ids else {}
+    except USER_ERRORS as error:
+        raise gr.Error(str(error), print_exception=False) from None
+
+
+def create_compare_panel() -> dict:
+    gr.Markdown(
+        "### GRPO vs more SFT\nDoes GRPO on answer-only problems beat spending the same minutes on more SFT? From a "
+        "recipe: SFT on a few worked solutions (W) until the sampled format rate reaches the target (**sft-W**), "
+        "then for T minutes each: **GRPO** on answer-only problems (A), **more SFT on W** (the fair control), and "
+        "SFT on **fresh** worked problems (if gold reasoning were free). Every arm is scored greedily on the same "
+        "held-out generated problems. It trains, so it waits for the training slot; the CLI "
+        "(`python -m pipelines.experiments.seed_regime`) takes larger sets and your own data files.")
+    with gr.Row():
+        recipe = gr.Dropdown(choices=recipe_choices(), value="recipe:tiny-cpu", label="Recipe", scale=3,
+                             info="a shipped recipe or the recipe of one of your runs", elem_id="compare-recipe")
+        refresh_btn = gr.Button("Refresh recipes", scale=0)
+    limits = ComparisonPlan.LIMITS
+    with gr.Row():
+        minutes = gr.Number(PLAN.minutes, label="T (minutes per arm)", minimum=limits["minutes"][0],
+                            maximum=limits["minutes"][1], elem_id="compare-minutes")
+        n_worked = gr.Number(PLAN.n_worked, precision=0, label="Worked problems (W)", maximum=limits["n_worked"][1])
+        n_answers = gr.Number(PLAN.n_answers, precision=0, label="Answer-only problems (A)",
+                              maximum=limits["n_answers"][1])
+        n_eval = gr.Number(PLAN.n_eval, precision=0, label="Held-out prompts", maximum=limits["n_eval"][1],
+                           elem_id="compare-n-eval")
+        levels = gr.Textbox(PLAN.levels, label="Problem levels", info="e.g. 1-2; empty: all levels")
+    with gr.Accordion("sft-W: when the format is learned", open=False):
+        with gr.Row():
+            round_steps = gr.Number(PLAN.round_steps, precision=0, label="SFT steps between format checks",
+                                    elem_id="compare-round-steps")
+            max_rounds = gr.Number(PLAN.max_rounds, precision=0, label="At most this many rounds")
+            format_target = gr.Number(PLAN.format_target, label="Sampled format rate target (0-1)",
+                                      elem_id="compare-format-target")
+    token = gr.Textbox(label="Owner token", type="password", visible=owner_token_required())
+    with gr.Row():
+        run = gr.Button("Start comparison", variant="primary", elem_id="compare-start")
+        stop = gr.Button("Stop comparison")
+        picker = gr.Dropdown(choices=[], label="Comparison", info="every comparison of this app, newest first",
+                             elem_id="compare-picker", scale=2)
+    status = gr.Markdown(elem_id="compare-status")
+    chart = gr.BarPlot(None, x="arm", y="accuracy", color=LEGEND, sort=ARM_ORDER, y_lim=[0, 100],
+                       y_title="accuracy %", x_title="", title="Greedy accuracy per arm (%)", label="GRPO vs more SFT",
+                       elem_id="compare-chart")
+    arms = gr.Dataframe(None, label="Arms", interactive=False, elem_id="compare-arms")
+    levels_table = gr.Dataframe(None, label="Accuracy by level (%)", interactive=False, elem_id="compare-levels")
+    log = gr.Textbox(label="Log (tail)", lines=6, max_lines=12, autoscroll=True)
+    shown = gr.State(None)
+    timer = gr.Timer(POLL_S)
+
+    gr.api(api_start, api_name="compare_start")
+    gr.api(api_status, api_name="compare_status")
+    ui = dict(api_visibility="private")
+    views = [status, log, chart, arms, levels_table, shown, picker]
+    gr.on(None, view, [picker, gr.State(None)], views, **ui)  # on page load: the newest comparison
+    gr.on([timer.tick], view, [picker, shown], views, show_progress="hidden", **ui)
+    picker.input(view, [picker, gr.State(None)], views, **ui)
+    refresh_btn.click(lambda: gr.Dropdown(choices=recipe_choices()), None, recipe, **ui)
+    run.click(run_start, [recipe, minutes, n_worked, n_answers, n_eval, levels, round_steps, max_rounds,
+                          format_target, token], picker, concurrency_limit=1, concurrency_id="compare", **ui).success(
+        view, [picker, gr.State(None)], views, **ui)
+    stop.click(run_stop, [picker, token], status, **ui)
+    return {"recipe": recipe, "minutes": minutes, "run": run, "stop": stop, "picker": picker, "status": status,
+            "chart": chart, "arms": arms, "levels": levels_table}

@@ -1,0 +1,91 @@
+"""The Training tab's API: the same operations its buttons use, for gradio_client and scripts.
+
+api_name: /start (recipe YAML, stage, token), /stop and /resume (run id, token), /export (run id, GGUF types,
+token), /status (run id), /runs. Starting, stopping, resuming and exporting need the owner token when
+GRPO_PLAYGROUND_OWNER_TOKEN is set; watching does not.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import gradio as gr
+
+from grpo_playground import jobs
+from grpo_playground.config import ConfigError
+from grpo_playground.jobs.exports import export_state, start_export
+from grpo_playground.ui.config_form import config_from_yaml_text
+
+USER_ERRORS = (ConfigError, ValueError, PermissionError, RuntimeError, FileNotFoundError)
+
+
+def user_error(exc: Exception) -> gr.Error:
+    return gr.Error(str(exc), print_exception=False)
+
+
+def _api(fn):
+    """An API endpoint: a user's mistake (bad recipe, wrong token, unknown run) comes back as a plain message."""
+    @functools.wraps(fn)  # gradio reads the wrapped signature for the API's parameters
+    def endpoint(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except USER_ERRORS as exc:
+            raise user_error(exc) from None
+    return endpoint
+
+
+def run_summary(run_id: str) -> dict:
+    """Status of one run as JSON: its status.json, job pids, metric count, last step, queue position."""
+    info = jobs.reconcile(jobs.load_run(jobs.run_path(run_id)))
+    feed = jobs.RunFeed(info.path)
+    feed.poll()
+    queue = [i.run_id for i in jobs.queue_order()]
+    return {"run_id": info.run_id, "state": info.state, "status": info.status, "pgid": info.job.get("pgid"),
+            "command": info.job.get("command"), "metrics": len(feed.metrics),
+            "last_metrics": feed.metrics[-1] if feed.metrics else None,
+            "queue_position": queue.index(info.run_id) + 1 if info.run_id in queue else None,
+            "export": {k: v for k, v in export_state(info.path).items() if k != "log"}}
+
+
+@_api
+def api_start(recipe_yaml: str, stage: str = "all", token: str = "") -> dict:
+    """Start a run from recipe YAML text (keys = RunConfig fields); returns its summary at once."""
+    jobs.check_owner(token)  # before the YAML is even read: a stranger's text costs nothing
+    info = jobs.start_run(config_from_yaml_text(recipe_yaml), stage, token)
+    return run_summary(info.run_id)
+
+
+@_api
+def api_stop(run_id: str, token: str = "") -> dict:
+    """Ask a run to save and stop (the whole process group is killed after the grace period)."""
+    jobs.stop_run(run_id, token)
+    return run_summary(run_id)
+
+
+@_api
+def api_resume(run_id: str, token: str = "") -> dict:
+    """Resume a stopped or failed run from its last checkpoint (the step count continues)."""
+    jobs.resume_run(run_id, token)
+    return run_summary(run_id)
+
+
+@_api
+def api_export(run_id: str, gguf: list[str], token: str = "") -> dict:
+    """Export a stopped or finished run to GGUF (e.g. ["q4_k_m"]) in a child process; returns at once."""
+    start_export(run_id, gguf, token)
+    return run_summary(run_id)
+
+
+@_api
+def api_status(run_id: str) -> dict:
+    return run_summary(run_id)
+
+
+def api_runs() -> list[dict]:
+    return [{"run_id": i.run_id, "state": i.state, "stage": i.status.get("stage"), "step": i.status.get("step")}
+            for i in jobs.list_runs()]
+
+
+# (function, api_name): registered by the Training tab before its own listeners, so these keep the plain names
+ENDPOINTS = ((api_start, "start"), (api_stop, "stop"), (api_resume, "resume"), (api_status, "status"),
+             (api_runs, "runs"), (api_export, "export"))

@@ -1,0 +1,81 @@
+"""The Training tab's charts: one Vega-Lite spec per chart, drawn by gr.Plot.
+
+gr.LinePlot (gradio 6.31) cannot be told that steps are whole numbers: with a few logged steps its axis read
+1.0, 1.2, 1.4, ... Here the x axis is `step` with a minimum tick step of 1, and the step-time chart is a bar
+per step stacked by phase (the phases add up to the step; a line per phase hid that). Specs are handed to
+gradio as its own altair plot payload (`AltairPlotData`), so gradio themes them like its native plots
+(light and dark) and no plotting library is needed.
+"""
+
+from __future__ import annotations
+
+import json
+
+import gradio as gr
+import pandas as pd
+from gradio.components.plot import AltairPlotData
+
+from grpo_playground.ui import run_views
+
+CHART_HEIGHT = 200  # px: two rows of charts beside the doctor fit a 1280x800 screen
+# gradio replaces each color with its theme's palette by position; the list only needs to be long enough
+PALETTE = ["#1f77b4"] * 12
+STEP_AXIS = {"field": "step", "type": "quantitative", "title": "step", "scale": {"zero": False},
+             "axis": {"tickMinStep": 1, "format": "d"}}  # whole steps: no 1.2 ticks, no "1" twice
+# svg (vega-embed draws on a canvas by default): crisp text, and its marks can be found in the page
+EMBED = {"embedOptions": {"renderer": "svg", "actions": False}}
+FRAME = {"height": CHART_HEIGHT, "background": "transparent", "usermeta": EMBED}  # the page's theme shows through
+
+
+def _color(title: str) -> dict:
+    return {"field": "series", "type": "nominal", "title": title, "scale": {"range": PALETTE},
+            "legend": {"orient": "bottom", "direction": "horizontal", "columns": 2, "labelLimit": 260}}
+
+
+def line_spec(frame: pd.DataFrame, title: str) -> dict:
+    """One line per series over whole steps, a point on each logged step (a single step still shows)."""
+    return {**FRAME, "title": title, "data": {"values": frame.to_dict("records")},
+            "layer": [{"mark": {"type": "line", "tooltip": True, "point": {"filled": True, "strokeOpacity": 0}},
+                       "encoding": {"x": STEP_AXIS, "y": {"field": "value", "type": "quantitative", "title": None,
+                                                           "scale": {"zero": False}},
+                                    "color": _color("")}}]}
+
+
+def stacked_bar_spec(frame: pd.DataFrame, title: str) -> dict:
+    """A bar per step whose parts are the series (the step's phases), stacked in the order given."""
+    order = list(dict.fromkeys(frame["series"]))
+    records = [{**row, "order": order.index(row["series"])} for row in frame.to_dict("records")]
+    # ordinal steps: one bar per logged step, labelled by its number (thinned when they would overlap)
+    x = {"field": "step", "type": "ordinal", "title": "step", "axis": {"labelOverlap": "greedy", "labelAngle": 0}}
+    return {**FRAME, "title": title, "data": {"values": records},
+            "mark": {"type": "bar", "tooltip": True},
+            "encoding": {"x": x, "y": {"field": "value", "type": "quantitative", "title": "seconds", "stack": "zero"},
+                         "color": {**_color(""), "sort": order}, "order": {"field": "order", "type": "quantitative"}}}
+
+
+def plot_data(frame: pd.DataFrame, chart: run_views.Chart) -> AltairPlotData:
+    spec = stacked_bar_spec(frame, chart.title) if chart.kind == "stacked_bar" else line_spec(frame, chart.title)
+    return AltairPlotData(plot=json.dumps(spec), chart="bar" if chart.kind == "stacked_bar" else "line")
+
+
+def chart_update(frame: pd.DataFrame | None, chart: run_views.Chart) -> dict:
+    """A chart with no points yet is hidden (not an empty, untitled box)."""
+    if frame is None or not len(frame):
+        return gr.update(value=None, visible=False)
+    return gr.update(value=plot_data(frame, chart), visible=True)
+
+
+def chart_updates(metrics: list[dict]) -> list[dict]:
+    """Every chart of run_views.CHARTS, in order, from a run's metric rows."""
+    return [chart_update(frame, chart) for frame, chart in zip(run_views.chart_frames(metrics), run_views.CHARTS)]
+
+
+def build_charts(per_row: int = 2) -> list[gr.Plot]:
+    """The charts of run_views.CHARTS, `per_row` to a row, hidden until their first point."""
+    plots = []
+    for start in range(0, len(run_views.CHARTS), per_row):
+        with gr.Row():
+            for chart in run_views.CHARTS[start : start + per_row]:
+                plots.append(gr.Plot(label=chart.title, show_label=False, elem_id=f"training-plot-{len(plots)}",
+                                     visible=False, min_width=240))
+    return plots

@@ -1,0 +1,177 @@
+"""The Training tab's setup screen: pick, upload or save a recipe, edit it in the form, start it.
+
+The form is built from the RunConfig dataclasses (ui/config_form.py); the CLI box shows the command that runs
+the same recipe, with the form's edits as `--set` arguments.
+"""
+
+from __future__ import annotations
+
+import shlex
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import gradio as gr
+
+from grpo_playground import jobs
+from grpo_playground.config import RunConfig, config_from_dict, config_to_dict, dump_recipe, load_recipe
+from grpo_playground.jobs.control import ROOT
+from grpo_playground.ui.config_form import FormField, build_form, config_from_values, values_from_config
+from grpo_playground.ui.training_api import USER_ERRORS, user_error
+
+RECIPES_DIR = ROOT / "recipes"
+DEFAULT_RECIPE = "quick"  # the whole story (SFT, pre-flight, GRPO) in minutes on 2 CPU cores
+INTRO = ("Edit a recipe, start it as a background job, and watch SFT teach the format and GRPO teach correctness "
+         "in **2. Live run**. Jobs keep running when you close the browser; come back any time. **New here?** "
+         "Press **Start**: the `quick` recipe plays the whole story (SFT, pre-flight, GRPO, a sample group) in "
+         "about 4 minutes on 2 CPU cores.")
+
+
+def shipped_recipes() -> list[str]:
+    return sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
+
+
+def initial_config() -> RunConfig:
+    path = RECIPES_DIR / f"{DEFAULT_RECIPE}.yaml"
+    return load_recipe(path) if path.exists() else RunConfig()
+
+
+def cli_for_recipe(recipe_file: str, stage: str, overrides: list[str] = ()) -> str:
+    return f"OMP_NUM_THREADS=1 python -m pipelines.train --config {recipe_file}" + (
+        f" --stage {stage}" if stage != "all" else "") + "".join(f" --set {shlex.quote(o)}" for o in overrides)
+
+
+def _flat(data: dict, prefix: str = "") -> dict:
+    """{"grpo": {"max_steps": 5}} -> {"grpo.max_steps": 5}; a section's dict values (weights, tags) stay whole."""
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and not prefix:
+            out.update(_flat(value, f"{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def overrides_between(base: RunConfig, edited: RunConfig) -> list[str]:
+    """The `--set section.key=value` arguments that turn recipe `base` into `edited` (values in YAML syntax)."""
+    import yaml
+
+    before, after = _flat(config_to_dict(base)), _flat(config_to_dict(edited))
+    return [f"{key}={yaml.safe_dump(value, default_flow_style=True, width=10_000).strip().removesuffix('...').strip()}"
+            for key, value in after.items() if before.get(key) != value]
+
+
+@dataclass
+class FormPart:
+    recipe_pick: gr.Dropdown
+    load: gr.Button
+    upload: gr.File
+    save: gr.Button
+    saved: gr.File
+    specs: list[FormField]
+    fields: list  # one component per spec, in the same order
+    stage: gr.Dropdown
+    token: gr.Textbox
+    start: gr.Button
+    message: gr.Markdown
+    cli: gr.Code
+    loaded_from: gr.State  # (file name, its values) of the recipe the form was loaded from
+
+
+def build_form_part() -> FormPart:
+    """The recipe form on the left; on the right, in view beside it, what a user does first: pick a recipe,
+    Start, read the equivalent command; then upload or save a recipe file."""
+    cfg = initial_config()
+    with gr.Row():
+        with gr.Column(scale=3):
+            specs, fields = build_form(cfg)
+        with gr.Column(scale=2):
+            gr.Markdown(INTRO)
+            with gr.Row(equal_height=True):
+                recipe_pick = gr.Dropdown(shipped_recipes(), value=DEFAULT_RECIPE if DEFAULT_RECIPE in shipped_recipes()
+                                          else None, label="Shipped recipe", scale=2, elem_id="training-recipe")
+                load = gr.Button("Load recipe", scale=1)
+            with gr.Row(equal_height=True):
+                stage = gr.Dropdown(list(jobs.STAGES), value="all", label="Stage", scale=2,
+                                    info="all: SFT then GRPO; preflight: only sample a few groups and score them")
+                start = gr.Button("Start", variant="primary", scale=1, elem_id="training-start")
+            token = gr.Textbox(label="Owner token", type="password", visible=jobs.owner_token_required(),
+                               info="needed to start, stop, resume and export on a shared app; visitors can watch")
+            message = gr.Markdown(elem_id="training-form-msg")
+            default_file = f"recipes/{DEFAULT_RECIPE}.yaml"
+            cli = gr.Code(cli_for_recipe(default_file, "all"), label="Equivalent CLI (the loaded recipe plus your edits)",
+                          language="shell", elem_id="training-cli", wrap_lines=True, lines=2, max_lines=6)
+            with gr.Row():
+                upload = gr.File(label="Upload a recipe (.yaml)", file_types=[".yaml", ".yml"], type="filepath",
+                                 height=120, scale=2)
+                save = gr.Button("Save recipe", scale=1)
+            saved = gr.File(label="Your recipe", interactive=False, visible=False)  # shown once saved
+    return FormPart(recipe_pick, load, upload, save, saved, specs, fields, stage, token, start, message, cli,
+                    gr.State((default_file, config_to_dict(cfg))))
+
+
+def wire_form(part: FormPart, started: list, on_start) -> None:
+    """The form's listeners. Start sends `on_start(info)` (values for the `started` components: the run view
+    follows the new run)."""
+    specs, fields = part.specs, part.fields
+
+    def loaded(config, source):
+        return [*values_from_config(specs, config), f"Loaded {source}.", cli_for_recipe(source, "all"),
+                (source, config_to_dict(config))]
+
+    def load_failed(message):
+        """The form keeps its values (a raised error would mark every field as failed); the message says why."""
+        return [gr.skip()] * len(fields) + [f"**{message}**", gr.skip(), gr.skip()]
+
+    def load_shipped(name):
+        if name not in shipped_recipes():
+            return load_failed(f"no shipped recipe {name!r}: pick one of {', '.join(shipped_recipes())}")
+        return loaded(load_recipe(RECIPES_DIR / f"{name}.yaml"), f"recipes/{name}.yaml")
+
+    def load_uploaded(path):
+        if not path:
+            return [gr.skip()] * (len(fields) + 3)
+        try:
+            return loaded(load_recipe(path), f"{Path(path).name}")
+        except USER_ERRORS as exc:
+            return load_failed(f"{Path(path).name} was not loaded: {exc}")
+
+    def check_form(stage_value, source, *values):
+        try:
+            config = config_from_values(specs, list(values))
+        except USER_ERRORS as exc:
+            return f"**Fix this before starting:** {exc}", gr.skip()
+        file, base = source
+        try:
+            edits = overrides_between(config_from_values(specs, values_from_config(specs, config_from_dict(base))),
+                                      config)
+        except USER_ERRORS:
+            edits = []
+        return "Recipe is valid.", cli_for_recipe(file, stage_value, edits)
+
+    def save_form(*values):
+        try:
+            config = config_from_values(specs, list(values))
+        except USER_ERRORS as exc:
+            raise user_error(exc) from None
+        path = Path(tempfile.mkdtemp(prefix="recipe-")) / f"{config.name}.yaml"
+        path.write_text(dump_recipe(config), encoding="utf-8")
+        return (gr.update(value=str(path), visible=True), cli_for_recipe(path.name, "all"),
+                (path.name, config_to_dict(config)))
+
+    def start_from_form(stage_value, token_value, *values):
+        try:
+            jobs.check_owner(token_value)
+            info = jobs.start_run(config_from_values(specs, list(values)), stage_value, token_value)
+        except USER_ERRORS as exc:
+            raise user_error(exc) from None
+        return on_start(info)
+
+    ui = dict(api_visibility="private")
+    loaded_outputs = [*fields, part.message, part.cli, part.loaded_from]
+    part.load.click(load_shipped, part.recipe_pick, loaded_outputs, **ui)
+    part.upload.upload(load_uploaded, part.upload, loaded_outputs, **ui)
+    gr.on([c.input for c in fields] + [part.stage.change], check_form, [part.stage, part.loaded_from, *fields],
+          [part.message, part.cli], **ui)
+    part.save.click(save_form, fields, [part.saved, part.cli, part.loaded_from], **ui)
+    part.start.click(start_from_form, [part.stage, part.token, *fields], started, **ui)

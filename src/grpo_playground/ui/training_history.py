@@ -1,0 +1,72 @@
+"""The Training tab's history screen: every run on disk, and one metric of two runs on one chart."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from grpo_playground import jobs
+from grpo_playground.ui import run_views
+from grpo_playground.ui.training_charts import chart_update
+
+COMPARE_CHART = run_views.Chart("Two runs, one metric", [], None)
+COMPARE_KEYS = ["reward", "reward_std", "loss", "kl", "completions/mean_length", "completions/clipped_ratio",
+                "frac_reward_zero_std", "learning_rate"]
+
+
+@dataclass
+class HistoryPart:
+    table: gr.Dataframe
+    compare_run: gr.Dropdown
+    compare_key: gr.Dropdown
+    compare_plot: gr.Plot
+
+
+def build_history() -> HistoryPart:
+    gr.Markdown("Every run on disk; click a row to watch it in **2. Live run**.")
+    table = gr.Dataframe(run_views.history_table([]), label="Runs", interactive=False, wrap=True, max_height=300,
+                         elem_id="training-history")
+    with gr.Row():
+        compare_run = gr.Dropdown([], label="Compare with run")
+        compare_key = gr.Dropdown(COMPARE_KEYS, value="reward", label="Metric", allow_custom_value=True)
+    compare_plot = gr.Plot(label=COMPARE_CHART.title, show_label=False, visible=False, elem_id="training-compare")
+    return HistoryPart(table, compare_run, compare_key, compare_plot)
+
+
+def compare_metrics(run_id: str, metrics: list[dict], other_id: str | None, key: str | None) -> dict:
+    """The compare chart's update: metric `key` of the watched run (its rows given) and of run `other_id`."""
+    if not key:
+        return chart_update(None, COMPARE_CHART)
+    runs = {run_id: metrics}
+    if other_id and other_id != run_id:
+        try:
+            other = jobs.RunFeed(jobs.run_path(other_id))
+        except (ValueError, FileNotFoundError):
+            other = None  # deleted meanwhile: show the selected run alone
+        if other is not None:
+            other.poll()
+            runs[other_id] = other.metrics
+    return chart_update(run_views.compare_frame(runs, key, None), COMPARE_CHART)
+
+
+def wire_history(part: HistoryPart, run_pick: gr.Dropdown, screens: gr.Tabs, live_screen: str) -> None:
+    """A click on a run in the table watches it on the live screen (`live_screen`, a tab id of `screens`)."""
+    def pick_from_history(table, evt: gr.SelectData):
+        return table.iloc[evt.index[0]]["run"], gr.Tabs(selected=live_screen)
+
+    def compare_choices(run_id):
+        return gr.Dropdown(choices=[i.run_id for i in jobs.list_runs() if i.run_id != run_id])
+
+    def redraw_compare(run_id, other_id, key):
+        if not run_id:
+            return gr.skip()
+        feed = jobs.RunFeed(jobs.run_path(run_id))
+        feed.poll()
+        return compare_metrics(run_id, feed.metrics, other_id, key)
+
+    ui = dict(api_visibility="private")
+    run_pick.change(compare_choices, run_pick, part.compare_run, **ui)
+    part.table.select(pick_from_history, part.table, [run_pick, screens], **ui)
+    gr.on([part.compare_run.change, part.compare_key.change], redraw_compare,
+          [run_pick, part.compare_run, part.compare_key], part.compare_plot, **ui)

@@ -1,0 +1,56 @@
+"""The Evaluate tab's "GRPO vs more SFT" panel in a real browser: a small comparison started with the mouse runs
+every arm as a background job, and the page shows each arm's accuracy, GRPO's paired differences and the level
+table from the experiment's own result file.
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/browser/test_compare_browser.py
+"""
+
+from __future__ import annotations
+
+import json
+
+from grpo_playground.jobs.comparisons import list_comparisons
+from grpo_playground.run_layout import COMPARISON_RESULT, comparisons_dir
+
+COMPARISON_TIMEOUT_MS = 600_000  # four short arms and four evaluations of 2 prompts, on 2 shared cores
+
+
+def fill(page, selector: str, value) -> None:
+    box = page.locator(selector).first
+    box.fill(str(value))
+    box.press("Tab")  # Gradio reads a number box on blur
+
+
+def test_a_comparison_started_from_the_evaluate_tab_shows_every_arm(page, expect, screenshot):
+    page.get_by_role("tab", name="Evaluate").click()
+    expect(page.locator("#compare-recipe input")).to_have_value("recipes/tiny-cpu.yaml")
+    fill(page, "#compare-minutes input", 0.05)  # 3 s per arm: the mechanics, not a result
+    fill(page, "#compare-n-eval input", 2)
+    page.get_by_label("Worked problems (W)").fill("8")
+    page.get_by_label("Answer-only problems (A)").fill("8")
+    page.get_by_label("Answer-only problems (A)").press("Tab")
+    page.get_by_text("sft-W: when the format is learned").click()
+    fill(page, "#compare-round-steps input", 1)
+    page.get_by_label("At most this many rounds").fill("1")
+    fill(page, "#compare-format-target input", 0)
+    page.locator("#compare-start").click()
+
+    status = page.locator("#compare-status")
+    expect(status).to_contain_text("Running", timeout=60_000)  # a background job: the click returned at once
+    expect(status).to_contain_text("T = 0.05 min, W = 8, A = 8, 2 held-out prompts")
+    expect(status).to_contain_text("python -m pipelines.experiments.seed_regime")
+    expect(status).to_contain_text("Finished", timeout=COMPARISON_TIMEOUT_MS)
+
+    comparison = list_comparisons()[0]
+    result = json.loads((comparisons_dir() / comparison / f"{COMPARISON_RESULT}.json").read_text())
+    arms = page.locator("#compare-arms")
+    for arm in result["eval"]:
+        expect(arms).to_contain_text(arm)
+    chart = page.locator("#compare-chart")
+    expect(chart).to_contain_text("GRPO minus arm (points)")
+    for arm, d in result["grpo_minus"].items():  # the legend carries GRPO's paired difference to each arm, unclipped
+        expect(chart).to_contain_text(f"{arm.split('+', 1)[-1]}: {100 * d['difference']:+.1f} ± {100 * d['se']:.1f}")
+    expect(chart).not_to_contain_text("…")
+    expect(page.locator("#compare-levels")).to_contain_text("level")
+    page.locator("#compare-chart svg.marks, #compare-chart canvas").first.wait_for()
+    screenshot(page, "compare-finished")

@@ -1,0 +1,143 @@
+"""What a stranger can send a public app before or without the owner token: each test is a hole of issue 12.
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/security/test_owner_and_input_bounds.py
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+
+import gradio as gr
+import httpx
+import pytest
+
+from grpo_playground.config import ConfigError, RunConfig
+from grpo_playground.config.recipe_io import config_from_dict, safe_yaml
+from grpo_playground.jobs.control import OWNER_TOKEN_ENV
+from grpo_playground.rewards import custom
+
+OWNER = "the-owners-secret"
+GROUP = "<SOLUTION>42</SOLUTION>\n---\n<SOLUTION>41</SOLUTION>"
+CODE = "def reward(completions, answer, **kwargs):\n    return [7.0] * len(completions)\n"
+# 9 aliases of 9 aliases ... 6 levels: 300 bytes that a plain yaml.safe_load turns into 531,441 values
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(6))
+
+
+@pytest.fixture
+def owner(monkeypatch):
+    monkeypatch.setenv(OWNER_TOKEN_ENV, OWNER)
+    monkeypatch.setenv(custom.ENABLE_ENV, "1")
+
+
+@pytest.fixture(scope="module")
+def client(app_url):
+    from gradio_client import Client
+
+    return Client(app_url, verbose=False)
+
+
+def test_score_api_runs_custom_code_only_with_the_owner_token(owner, client):
+    # Before: /score with custom_code ran the code for anyone.
+    with pytest.raises(Exception, match="running custom reward code needs the owner token"):
+        client.predict(GROUP, "42", custom_code=CODE, owner_token="guess", api_name="/score")
+    table = client.predict(GROUP, "42", custom_code=CODE, owner_token=OWNER, api_name="/score")
+    assert [row[table["headers"].index("custom")] for row in table["data"]] == [7.0, 7.0]
+
+
+def test_score_api_without_custom_code_stays_open_to_visitors(owner, client):
+    assert len(client.predict(GROUP, "42", api_name="/score")["data"]) == 2
+
+
+def test_start_checks_the_token_before_reading_the_recipe(owner):
+    from grpo_playground.ui.training_api import api_start
+
+    # Before: the YAML was parsed first and the whole expanded value echoed in the error (2.4 GB).
+    start = time.monotonic()
+    with pytest.raises(gr.Error) as caught:
+        api_start(BOMB, "all", "guess")
+    assert "needs the owner token" in str(caught.value) and len(str(caught.value)) < 300
+    assert time.monotonic() - start < 1.0
+
+
+@pytest.mark.parametrize("text, expected", [
+    (BOMB, "more than 20,000 values once aliases are expanded"),
+    ("[" * 5000 + "]" * 5000, "nesting deeper than 16 levels"),
+    ("&a [*a]", "refers to its own parent"),
+    ("x" * 300_000, "larger than 256 KiB"),
+], ids=["alias-bomb", "deep-nesting", "recursive-alias", "oversized"])
+def test_yaml_is_bounded_before_anything_is_built(text, expected):
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match=expected):
+        safe_yaml(text)
+    assert time.monotonic() - start < 2.0  # milliseconds here; before, the bomb's value was built and printed
+
+
+def test_errors_never_echo_a_whole_value():
+    with pytest.raises(ConfigError) as caught:
+        config_from_dict(safe_yaml("bogus: [" + ", ".join(["123456789"] * 5000) + "]"))
+    assert len(str(caught.value)) < 400
+    with pytest.raises(ConfigError) as caught:
+        safe_yaml("grpo: {learning_rate: [" + "y" * 100_000 + "}")
+    assert len(str(caught.value)) < 600
+
+
+@pytest.mark.parametrize("recipe, field", [
+    ("grpo: {learning_rate: .nan}", "grpo.learning_rate"),
+    ("grpo: {learning_rate: -.inf}", "grpo.learning_rate"),
+    ("sft: {learning_rate: 1e999}", "sft.learning_rate"),
+    ("rewards: {weights: {check_answer: .nan}}", "rewards.weights.check_answer"),
+    ("model: {gpu_memory_utilization: .nan}", "model.gpu_memory_utilization"),
+])
+def test_recipes_refuse_nan_and_infinity(recipe, field):
+    # Before: `learning_rate: .nan` passed every range check (NaN compares False) and failed later in training.
+    with pytest.raises(ConfigError, match=f"{field}.*finite number"):
+        config_from_dict(safe_yaml(recipe))
+
+
+def test_a_config_built_in_code_refuses_nan_too():
+    config = RunConfig()
+    config.grpo.learning_rate = math.nan
+    with pytest.raises(ConfigError, match="grpo.learning_rate.*finite"):
+        config.validate()
+
+
+def test_restarting_chat_servers_needs_the_owner_token(owner):
+    # Before: anyone could stop and restart the llama.cpp servers (400 MB loads) over and over.
+    from grpo_playground.ui.chat_tab import restart_backends
+
+    with pytest.raises(gr.Error, match="restarting the chat servers needs the owner token"):
+        restart_backends("", "", "", "guess")
+    assert "Stopped the chosen checkpoints' servers" in restart_backends("", "", "", OWNER)
+
+
+def test_chat_servers_start_only_for_listed_checkpoints():
+    # Held: a key naming any other file (here a file that is not a model at all) starts nothing.
+    from grpo_playground.ui.chat_tab import chat
+
+    with pytest.raises(gr.Error, match="Unknown checkpoint"):
+        next(chat("hi", "", "llama.cpp|/etc/passwd|", "", "", 0.8, 0.95, 16, "", [], None))
+
+
+def test_uploads_are_capped_by_the_server(monkeypatch):
+    # Before: a 50 MB upload was accepted from anyone. The cap applies while receiving, before any handler.
+    from grpo_playground.child_process import free_port
+    from grpo_playground.ui.app import MAX_UPLOAD_BYTES, launch
+
+    with gr.Blocks() as demo:
+        gr.File()
+    port = free_port()
+    monkeypatch.setenv("GRADIO_SERVER_PORT", str(port))
+    sigterm = signal.getsignal(signal.SIGTERM)  # launch() installs the app's SIGTERM handler: not pytest's
+    launch(demo, prevent_thread_lock=True, quiet=True)  # the app's own launch, with its settings
+    signal.signal(signal.SIGTERM, sigterm)
+    try:
+        url = f"http://127.0.0.1:{port}/gradio_api/upload"
+        small = httpx.post(url, files={"files": ("ok.csv", b"completion\nx\n")}, timeout=30)
+        big = httpx.post(url, files={"files": ("big.csv", b"x" * (MAX_UPLOAD_BYTES + 1))}, timeout=30)
+    finally:
+        demo.close()
+    assert small.status_code == 200
+    assert big.status_code == 413

@@ -1,0 +1,167 @@
+"""Custom reward code attacked the way issue 12's reports did: each test is one escape that worked before.
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/security/test_reward_sandbox.py
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import select
+import signal
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from grpo_playground.rewards import custom
+from grpo_playground.rewards.custom import EXAMPLE_REWARD, Limits, run_custom_reward
+
+PR_SET_DUMPABLE = 4
+JAILED = custom._namespaces_work(os.geteuid() == 0)
+needs_jail = pytest.mark.skipif(not JAILED, reason="bubblewrap cannot make namespaces on this machine")
+MODES = [pytest.param(True, id="bubblewrap", marks=needs_jail), pytest.param(False, id="plain")]
+
+
+@pytest.fixture(autouse=True)
+def enabled(monkeypatch):
+    monkeypatch.setenv(custom.ENABLE_ENV, "1")
+    monkeypatch.setenv(custom.UNSANDBOXED_ENV, "1")
+
+
+def reward(body: str) -> str:
+    return ("import ctypes, os, time\ndef reward(completions, answer, **kwargs):\n"
+            f"{textwrap.indent(textwrap.dedent(body), '    ')}\n    return [1.0] * len(completions)\n")
+
+
+@needs_jail
+def test_the_reported_escape_no_longer_works():
+    # The issue's reproduction: unmount the private /tmp, remount / read-write, write into the host's /dev/shm.
+    target = Path("/dev/shm", f"grpo-escape-{uuid.uuid4().hex}")
+    body = f"""
+    libc = ctypes.CDLL(None, use_errno=True)
+    os.chdir('/')
+    print(libc.umount2(b'/tmp', 2), ctypes.get_errno(), libc.mount(None, b'/', None, 32 | 4096, None),
+          ctypes.get_errno())
+    open({str(target)!r}, 'w').write('x' * 1000)
+    """
+    result = run_custom_reward(reward(body), ["a"], "1")
+    try:
+        assert not target.exists(), "the code wrote into the host's /dev/shm"
+        assert result.stdout.split() == ["-1", "1", "-1", "1"]  # both calls refused with EPERM
+    finally:
+        target.unlink(missing_ok=True)
+
+
+@needs_jail
+def test_the_jail_shows_no_host_folder_but_usr():
+    # The old sandbox made the filesystem read-only but visible: the app's source, /root, /home, /work...
+    result = run_custom_reward(reward("print(sorted(os.listdir('/')))"), ["a"], "1")
+    assert set(json.loads(result.stdout.replace("'", '"'))) <= {"bin", "dev", "etc", "lib", "lib32", "lib64",
+                                                               "proc", "sbin", "tmp", "usr"}
+
+
+@pytest.mark.parametrize("jailed", MODES)
+def test_capabilities_are_dropped_and_seccomp_is_on(jailed):
+    body = "print(''.join(l for l in open('/proc/self/status') if l.split(':')[0] in ('CapEff', 'NoNewPrivs', 'Seccomp')))"
+    status = dict(line.split(":\t") for line in run_custom_reward(reward(body), ["a"], "1", Limits(namespaces=jailed))
+                  .stdout.strip().splitlines())
+    assert status == {"CapEff": "0000000000000000", "NoNewPrivs": "1", "Seccomp": "2"}
+
+
+@pytest.mark.parametrize("jailed", MODES)
+@pytest.mark.parametrize("call", ["libc.unshare(0x10000000)", "libc.setns(0, 0)", "libc.ptrace(16, 1, 0, 0)",
+                                  "libc.setsid()", "libc.setpgid(0, 0)", "libc.syscall(321, 0, 0, 0)"])  # 321: bpf
+def test_the_seccomp_filter_refuses_escape_calls(jailed, call):
+    result = run_custom_reward(reward(f"libc = ctypes.CDLL(None, use_errno=True)\nprint({call}, ctypes.get_errno())"),
+                               ["a"], "1", Limits(namespaces=jailed))
+    assert result.stdout.split() == ["-1", "1"], result.stdout  # EPERM
+
+
+@pytest.mark.parametrize("jailed", MODES)
+def test_a_new_session_cannot_outlive_the_timeout(jailed):
+    # Before: the code called setsid() and slept; the timeout killed the old process group, not the new one.
+    name = f"esc{uuid.uuid4().hex[:10]}"
+    body = f"""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(15, {name.encode()!r})  # PR_SET_NAME: how this test finds it afterwards
+    os.setsid() if hasattr(os, 'setsid') else None
+    while True:
+        time.sleep(0.05)
+    """
+    result = run_custom_reward(reward(body), ["a"], "1", Limits(namespaces=jailed, wall_seconds=0.5))
+    assert result.timed_out or "Operation not permitted" in result.error
+    deadline = time.monotonic() + 5  # the kernel tears a PID namespace down soon after, not at once
+    while (survivors := [p for p in os.listdir("/proc") if p.isdigit() and _comm(p) == name]) and \
+            time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not survivors, f"processes {survivors} outlived the sandbox"
+
+
+def _comm(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def test_without_namespaces_custom_code_is_refused_unless_the_owner_allows_it(monkeypatch):
+    # Before: a container without user namespaces silently ran the code as the app's own user.
+    monkeypatch.delenv(custom.UNSANDBOXED_ENV)
+    result = run_custom_reward(EXAMPLE_REWARD, ["4"], "4", Limits(namespaces=False))
+    assert result.scores is None and custom.UNSANDBOXED_ENV in result.error
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="becoming another uid needs root")
+def test_plain_mode_code_cannot_read_the_apps_environment():
+    # The usual Docker case: a non-root app, no namespaces, the owner allowed the plain mode. The code runs
+    # as the app's user; before, it read GRPO_PLAYGROUND_OWNER_TOKEN and HF_TOKEN from /proc/<app>/environ
+    # (the environment the app was started with).
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the "app": this test process's copy, turned into an ordinary user
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            # A uid change makes a process non-dumpable; an app started as that user is dumpable: be one.
+            ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+            custom._make_app_undumpable.cache_clear()  # this "app" has not run plain-mode code yet
+            body = f"""
+            for name in ('environ', 'mem'):
+                try:
+                    open('/proc/{os.getpid()}/' + name, 'rb').read(1)
+                    print(name, 'read')
+                except OSError as exc:
+                    print(name, type(exc).__name__)
+            """
+            result = run_custom_reward(reward(body), ["a"], "1", Limits(namespaces=False))
+            os.write(write_end, json.dumps([result.stdout, result.error]).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    # A fork of a threaded process (pytest may serve an app meanwhile) could hang on a lock: never wait forever.
+    if not select.select([read_end], [], [], 60)[0]:
+        os.kill(pid, signal.SIGKILL)
+    with os.fdopen(read_end, "rb") as pipe:
+        stdout, error = json.loads(pipe.read() or b'["", "the app child died or hung"]')
+    os.waitpid(pid, 0)
+    assert error is None, error
+    assert stdout.split("\n")[:2] == ["environ PermissionError", "mem PermissionError"]
+
+
+@pytest.mark.parametrize("forged, expected", [
+    ('{"scores": [NaN]}', "unreadable reply"),  # json's NaN is not JSON: only a forger writes it
+    ('{"scores": [Infinity]}', "unreadable reply"),
+    ('{"scores": [1' + '0' * 400 + ']}', "not a finite float"),  # before: an unhandled OverflowError
+])
+def test_a_reply_forged_on_the_result_pipe_is_refused(forged, expected):
+    # The code writes its own reply to the worker's result pipe (its number is on the command line) and exits
+    # before the worker can write the real one.
+    body = f"os.write(int(__import__('sys').argv[1]), {forged.encode()!r})\nos._exit(0)"
+    result = run_custom_reward(reward(body), ["a"], "1")
+    assert result.scores is None and expected in result.error, result.error

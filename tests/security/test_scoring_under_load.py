@@ -1,0 +1,108 @@
+"""One user cannot stall the others' scoring: math-verify runs in a pool with a per-request budget, and the
+score handler stays fast while hostile requests are in flight.
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/security/test_scoring_under_load.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import gradio as gr
+import pytest
+
+from grpo_playground.rewards import custom
+from grpo_playground.rewards.equivalence import EQUIVALENT, REQUEST_BUDGET_S, VERIFY_TIMEOUT_S, _pool
+from grpo_playground.tags import DEFAULT_TAGS
+from grpo_playground.ui.sandbox_tab import NAMES, score_table
+
+TOWER = "<start_working_out>big<end_working_out><SOLUTION>$9^{9^{9^{9}}}$</SOLUTION>"  # > 2 s in sympy
+GOOD = "<start_working_out>6 x 7<end_working_out><SOLUTION>42</SOLUTION>"
+LOOP = "def reward(completions, answer, **kwargs):\n    while True:\n        pass\n"
+
+
+def score(completions: list[str], enabled: list[str], code: str = "") -> dict:
+    return score_table("\n---\n".join(completions), "42", enabled, "group", *DEFAULT_TAGS.as_list(), code, "",
+                       *[1.0] * len(NAMES))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def warm_checkers():
+    for worker in _pool._workers:  # the first sympy import is not what these tests measure
+        worker.warm_up()
+
+
+def test_a_hostile_request_holds_one_checker_for_its_budget_only():
+    # Before: one checker for everybody; 8 power towers held it 8 x 2 s while every other request waited.
+    hostile_s = []
+    thread = threading.Thread(target=lambda: hostile_s.append(_timed(score, [TOWER] * 8, ["answer_equivalence"])))
+    thread.start()
+    time.sleep(0.3)
+    start = time.monotonic()
+    table = score([GOOD] * 8, ["answer_equivalence"])
+    benign_s = time.monotonic() - start
+    thread.join()
+    assert [row[0] for row in table.values.tolist()] == [EQUIVALENT] * 8  # served by the other checker
+    assert benign_s < 2.0  # before: 8 x 2 s behind the towers (19 s measured)
+    assert hostile_s[0] < REQUEST_BUDGET_S + VERIFY_TIMEOUT_S  # not 8 x 2 s
+
+
+def test_a_timed_out_checker_answers_again_at_once():
+    # Before: a timeout killed the checker, and the next question paid a fresh sympy import (1-3 s).
+    worker = _pool._workers[0]
+    assert "took over" in worker.verify("4", "$9^{9^{9^{9}}}$", timeout=0.5)["error"]
+    start = time.monotonic()
+    assert worker.verify("1/2", "0.5")["equivalent"] is True
+    assert time.monotonic() - start < 0.5
+
+
+def test_four_hostile_users_delay_others_by_at_most_one_budget():
+    with ThreadPoolExecutor(4) as pool:
+        hostile = [pool.submit(_timed, score, [TOWER] * 8, ["answer_equivalence"]) for _ in range(4)]
+        time.sleep(0.3)
+        benign_s = _timed(score, [GOOD] * 8, ["answer_equivalence"])
+        times = [f.result() for f in hostile]
+    assert benign_s < REQUEST_BUDGET_S + 2.0  # before: 95 s measured
+    assert max(times) < REQUEST_BUDGET_S + VERIFY_TIMEOUT_S + 2.0
+
+
+def _timed(fn, *args) -> float:
+    start = time.monotonic()
+    fn(*args)
+    return time.monotonic() - start
+
+
+def test_50_concurrent_scorers_stay_fast_while_hostile_requests_run(monkeypatch):
+    # 50 clients x 8 completions with the default rewards, while a 10,000-completion request, an
+    # infinite-loop custom reward and a group of power towers are in flight. Measured in the handler
+    # (server-side time, as Gradio runs it: one thread per event), 50 threads at once.
+    monkeypatch.setenv(custom.ENABLE_ENV, "1")
+    defaults = ["match_format_approximately", "check_answer", "check_numbers"]
+    stop = threading.Event()
+
+    def hostile():
+        while not stop.is_set():
+            for args in (([GOOD] * 10_000, defaults), ([GOOD] * 8, defaults, LOOP),
+                         ([TOWER] * 8, ["answer_equivalence"])):
+                try:
+                    score(*args)
+                except gr.Error:
+                    pass  # refused (too many completions) or timed out: what matters is what it costs others
+
+    attackers = [threading.Thread(target=hostile) for _ in range(2)]
+    for thread in attackers:
+        thread.start()
+    time.sleep(0.5)
+    try:
+        with ThreadPoolExecutor(50) as pool:
+            times = list(pool.map(lambda _: _timed(score, [GOOD] * 8, defaults), range(50)))
+    finally:
+        stop.set()
+        for thread in attackers:
+            thread.join()
+    p95 = statistics.quantiles(times, n=20)[-1]
+    print(f"p95 {p95 * 1000:.0f} ms, median {statistics.median(times) * 1000:.0f} ms over {len(times)} requests")
+    assert p95 <= 0.2

@@ -1,0 +1,157 @@
+"""The "GRPO vs more SFT" comparison of the Evaluate tab: the job (grpo_playground.jobs.comparisons) and its panel.
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/test_compare.py      (-m slow: the end-to-end run)
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from grpo_playground.config import apply_overrides, load_recipe
+from grpo_playground.jobs import create_run
+from grpo_playground.jobs import comparisons as jobs
+from grpo_playground.jobs.launcher import LOCK_NAME
+from grpo_playground.jobs.runs import group_members
+from grpo_playground.run_layout import COMPARISON_JOB, COMPARISON_RESULT, COMPARISONS_DIR, RECIPE_FILE, read_json
+from grpo_playground.ui import compare_panel as panel
+
+ROOT = Path(__file__).resolve().parents[1]
+# The shipped tiny-cpu recipe with small batches and short completions: every arm takes seconds (as in
+# tests/test_seed_regime.py's end-to-end run).
+TINY = ["name=compare-tiny", "sft.per_device_batch_size=4", "grpo.per_device_batch_size=8",
+        "grpo.max_completion_length=32"]
+# The panel's inputs (minutes, W, A, held-out, levels, steps per round, rounds, format target) for that run
+TINY_PLAN = (0.1, 16, 16, 8, "", 3, 1, 0.0)
+
+
+@pytest.fixture
+def runs(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
+    return tmp_path
+
+
+def tiny_run() -> str:
+    return create_run(apply_overrides(load_recipe(ROOT / "recipes" / "tiny-cpu.yaml"), TINY)).name
+
+
+def wait_for(predicate, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return predicate()
+
+
+@pytest.mark.parametrize("recipe, numbers, message", [
+    ("recipe:tiny-cpu", (0, 16, 16, 8), "minutes = 0 is out of range"),  # T <= 0
+    ("recipe:tiny-cpu", (16, 16, 16, 8), "minutes = 16 is out of range: use 0.05 to 15"),
+    ("recipe:tiny-cpu", (1, 100_000, 16, 8), "n_worked = 100000 is out of range: use 1 to 500"),
+    ("recipe:tiny-cpu", (1, 16, 10**9, 8), "n_answers = 1e\\+09 is out of range"),
+    ("recipe:tiny-cpu", (1, 16, 16, 601), "n_eval = 601 is out of range: use 2 to 600"),
+    ("recipe:tiny-cpu", (1, 2.5, 16, 8), "n_worked must be a whole number"),
+    ("recipe:tiny-cpu", (float("inf"), 16, 16, 8), "minutes must be a number"),
+    ("recipe:tiny-cpu", (1, None, 16, 8), "n_worked must be a number"),
+    ("recipe:no-such", (1, 16, 16, 8), "unknown recipe 'recipe:no-such': pick one of the shipped recipes"),
+    ("recipe:../../etc/passwd", (1, 16, 16, 8), "unknown recipe"),
+    ("/etc/passwd", (1, 16, 16, 8), "unknown recipe"),
+    ("run:../evals", (1, 16, 16, 8), "run id '../evals' is not valid"),
+    ("run:20990101-000000-none-abcd", (1, 16, 16, 8), "no run"),
+])
+def test_bad_input_is_refused_with_what_to_change_and_starts_nothing(runs, recipe, numbers, message):
+    with pytest.raises((ValueError, FileNotFoundError), match=message):
+        panel.start(recipe, *numbers, "1-2", 40, 5, 0.95, "")
+    assert jobs.list_comparisons() == []
+
+
+def test_bad_levels_and_sft_settings_are_refused(runs):
+    with pytest.raises(ValueError, match="levels 'x': write levels from 1 to 5 such as 1-2"):
+        panel.start("recipe:tiny-cpu", 1, 16, 16, 8, "x", 40, 5, 0.95, "")
+    for levels in ("1-999999999", "6", "1,2,3,4,5,1,2,3,4,5,1"):  # a huge range, no such level, too long
+        with pytest.raises(ValueError, match="write levels from 1 to 5"):
+            panel.start("recipe:tiny-cpu", 1, 16, 16, 8, levels, 40, 5, 0.95, "")
+    with pytest.raises(ValueError, match="max_rounds = 11 is out of range"):
+        panel.start("recipe:tiny-cpu", 1, 16, 16, 8, "", 40, 11, 0.95, "")
+    with pytest.raises(ValueError, match="format_target = 1.5 is out of range"):
+        panel.start("recipe:tiny-cpu", 1, 16, 16, 8, "", 40, 5, 1.5, "")
+    assert jobs.list_comparisons() == []
+
+
+def test_the_panel_offers_shipped_recipes_and_each_runs_recipe(runs):
+    run_id = tiny_run()
+    choices = dict(panel.recipe_choices())
+    assert choices["recipes/tiny-cpu.yaml"] == "recipe:tiny-cpu" and choices[f"run {run_id}"] == f"run:{run_id}"
+    assert panel.resolve_recipe(f"run:{run_id}") == (runs / run_id / RECIPE_FILE, f"run {run_id}")
+
+
+def test_the_chart_orders_the_arms_as_the_experiment_runs_them():
+    from pipelines.experiments import seed_regime
+
+    assert panel.ARM_ORDER == list(seed_regime.ARMS)
+
+
+def test_the_committed_result_renders_as_chart_and_tables():
+    result = json.loads((ROOT / "results" / "learning_seed_regime_cpu.json").read_text())
+    chart = panel.chart_frame(result)
+    assert list(chart["arm"]) == list(result["eval"]) and chart["accuracy"].tolist() == [13.3, 13.5, 13.0, 39.7]
+    assert chart[panel.LEGEND].tolist() == ["sft_w: +0.2 ± 0.7", "grpo_a: the GRPO arm", "more_sft_w: +0.5 ± 1.1",
+                                             "fresh_sft: -26.2 ± 2.0"]
+    arms = panel.arms_frame(result).set_index("arm")
+    assert arms.loc["sft_w+fresh_sft", "GRPO minus arm (points)"] == -26.2 and arms.loc["sft_w", "steps"] == 240
+    levels = panel.level_frame(result).set_index("level")
+    assert levels.loc["1", "prompts"] == 305 and levels.loc["2", "sft_w+fresh_sft"] == 25.8
+
+
+def test_a_comparison_waits_for_the_training_slot_and_stop_ends_its_whole_group(runs):
+    """It takes the lock a training run takes (so neither starves the other of the CPU/GPU), and Stop ends the
+    chain and the training child it started."""
+    lock = os.open(runs / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # a training run holds the slot
+    state = panel.start("recipe:tiny-cpu", 1, 16, 16, 8, "", 3, 1, 0.0, "")
+    comparison = state["id"]
+    pgid = read_json(runs / COMPARISONS_DIR / comparison / COMPARISON_JOB)["pid"]
+    time.sleep(3)
+    assert jobs.comparison_state(comparison)["state"] == "waiting"
+    with pytest.raises(RuntimeError, match=f"comparison {comparison} is still running"):
+        panel.start("recipe:tiny-cpu", 1, 16, 16, 8, "", 3, 1, 0.0, "")
+    os.close(lock)  # the training run ended
+    assert wait_for(lambda: jobs.comparison_state(comparison)["steps"].get("sft_w"), 120), \
+        jobs.comparison_state(comparison)["log"]
+    assert jobs.comparison_state(comparison)["state"] == "running"
+    assert jobs.stop_comparison(comparison).startswith(f"Stopped comparison {comparison}")
+    assert wait_for(lambda: not group_members(pgid), 30), f"left running after Stop: {group_members(pgid)}"
+    assert jobs.comparison_state(comparison)["state"] == "stopped"
+    assert jobs.stop_comparison(comparison) == f"Comparison {comparison} is not running."
+
+
+@pytest.mark.slow
+def test_a_comparison_runs_every_arm_in_the_background_and_the_panel_shows_it(runs):
+    """Start from a run's recipe (returns at once), follow it from disk, then the chart and the tables come
+    from the experiment's own result JSON; a new page (the load event) lists and shows it."""
+    run_id = tiny_run()
+    started = time.monotonic()
+    panel.run_start(f"run:{run_id}", *TINY_PLAN, "")
+    assert time.monotonic() - started < 10  # a job, not a request held open
+    comparison = jobs.list_comparisons()[0]
+    assert wait_for(lambda: jobs.comparison_state(comparison)["state"] not in ("waiting", "running"), 600)
+    state = jobs.comparison_state(comparison)
+    assert state["state"] == "finished", state["log"]
+    assert set(state["steps"]) == set(state["order"]) and {s["state"] for s in state["steps"].values()} == {"done"}
+
+    status, log, chart, arms, levels, shown, picker = panel.view(None, None)  # what a page load shows
+    result = json.loads((runs / COMPARISONS_DIR / comparison / f"{COMPARISON_RESULT}.json").read_text())
+    assert picker.choices == [(comparison, comparison)] and picker.value == comparison
+    assert "**Finished**" in status and f"on `run {run_id}`" in status and "- sft_w+grpo_a: done" in status
+    assert list(chart["arm"]) == list(result["eval"]) and chart["accuracy"].between(0, 100).all()
+    for arm, d in result["grpo_minus"].items():
+        label = chart.set_index("arm").loc[arm, panel.LEGEND]
+        assert label == f"{arm.split('+', 1)[-1]}: {100 * d['difference']:+.1f} ± {100 * d['se']:.1f}"
+    assert arms["steps"].tolist() == [result["steps"][arm] for arm in result["eval"]]
+    assert arms.set_index("arm")["GRPO minus arm (points)"].isna().tolist() == [False, True, False, False]
+    assert list(levels.columns) == ["level", "prompts", *result["eval"]] and levels["prompts"].sum() == 8
+    again = panel.view(comparison, shown)
+    assert all(isinstance(x, dict) and x.get("__type__") == "update" for x in again[2:5])  # nothing new: not re-sent

@@ -1,0 +1,78 @@
+"""`python -m pipelines.experiments.seed_regime`: the data sets it builds, and one end-to-end run of every arm on `tiny`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from grpo_playground.config import load_recipe
+from grpo_playground.data import load_examples
+from grpo_playground.run_layout import PROGRESS_FILE
+from pipelines.experiments import seed_regime
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+RECIPE = ROOT / "recipes" / "tiny-cpu.yaml"
+
+
+def rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_sets_from_real_files_are_disjoint_and_answer_only(tmp_path):
+    # The GSM8K file (4 valid rows of 8) is both the held-out set (its first valid row) and the source of W and
+    # of the fresh problems: both must skip the held-out row, and fresh must skip W.
+    gsm8k = f"gsm8k:{FIXTURES / 'gsm8k_sample.jsonl'}"
+    args = seed_regime.parse_args(["--worked", gsm8k, "--answers", f"dapo:{FIXTURES / 'dapo_sample.jsonl'}",
+                                   "--eval-data", gsm8k, "--n-eval", "1", "--n-worked", "2", "--n-answers", "2"])
+    cfg = load_recipe(RECIPE)
+    sets = seed_regime.build_sets(args, cfg, tmp_path)
+    valid = [e["problem"] for e in load_examples(gsm8k).examples]
+    worked, answers = rows(tmp_path / "worked.jsonl"), rows(tmp_path / "answers.jsonl")
+    assert sets["worked"] == len(worked) == 2 and sets["answers"] == len(answers) == 2
+    assert [r["problem"] for r in worked] == valid[1:3]
+    assert all(r["generated_solution"] and "####" not in r["generated_solution"] for r in worked)
+    assert all(set(r) == {"prompt", "solution"} for r in answers)  # the dapo schema: no worked solution
+    assert seed_regime.fresh_set(args, cfg, tmp_path, 10) == 1
+    assert [r["problem"] for r in rows(tmp_path / "fresh.jsonl")] == valid[3:]
+
+
+def test_too_small_a_file_says_what_to_change(tmp_path):
+    args = seed_regime.parse_args(["--worked", f"gsm8k:{FIXTURES / 'gsm8k_sample.jsonl'}", "--n-worked", "50",
+                                   "--n-eval", "4"])
+    with pytest.raises(SystemExit, match="gave only 4 worked problems.*lower --n-worked"):
+        seed_regime.build_sets(args, load_recipe(RECIPE), tmp_path)
+
+
+def test_bad_source_spec_is_refused_before_any_run(capsys):
+    with pytest.raises(SystemExit):
+        seed_regime.parse_args(["--answers", "dapo:answers.txt"])
+    assert "must end in one of" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_every_arm_trains_and_is_scored_on_the_same_prompts(tmp_path):
+    out = tmp_path / "result"
+    assert seed_regime.main([
+        "--n-worked", "16", "--n-answers", "16", "--n-eval", "8", "--minutes", "0.1", "--round-steps", "3",
+        "--format-target", "0", "--preflight-prompts", "1", "--work", str(tmp_path / "work"), "--out", str(out),
+        "--set", "sft.per_device_batch_size=4", "--set", "grpo.per_device_batch_size=8",
+        "--set", "grpo.max_completion_length=32",
+    ]) == 0
+    result = json.loads(out.with_suffix(".json").read_text())
+    assert set(result["eval"]) == set(seed_regime.ARMS)
+    assert all(result["eval"][arm]["n"] == 8 and result["steps"][arm] >= 1 for arm in seed_regime.ARMS)
+    assert result["sft_w"]["steps"] == 3 and len(result["sft_w"]["rounds"]) == 1
+    assert {arm: d["n"] for arm, d in result["grpo_minus"].items()} == {
+        "sft_w": 8, "sft_w+more_sft_w": 8, "sft_w+fresh_sft": 8}
+    # The control continues SFT on W itself at a tenth of the recipe's lr, for GRPO's measured time.
+    control = (tmp_path / "work" / "more_sft_w" / "recipe.yaml").read_text()
+    assert "worked.jsonl" in control and "learning_rate: 0.0002" in control
+    assert result["seconds"]["sft_w+more_sft_w"] <= result["seconds"]["sft_w+grpo_a"] + 5
+    assert "| sft_w+grpo_a |" in out.with_suffix(".md").read_text()
+    # The app follows the run through progress.json: every step done, each arm with the folder it trained in.
+    progress = json.loads((tmp_path / "work" / PROGRESS_FILE).read_text())["steps"]
+    assert list(progress) == list(seed_regime.STEPS) and {s["state"] for s in progress.values()} == {"done"}
+    assert progress["sft_w+grpo_a"]["run_dir"] == str(tmp_path / "work" / "grpo_a")

@@ -1,0 +1,81 @@
+"""benchmarks.vllm_chat_proof's CPU side: the adapters it makes (a plain LoRA, and one with the format tags
+registered as new tokens, as data.register_tags does) and what the product does with them; on a machine without
+a GPU the proof stops with vLLM's reason and still writes its JSON and the server log beside it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import vllm_chat_proof
+from grpo_playground.serving.backends import nvidia_gpu_present, vllm_adapter_problem, vllm_command
+
+
+@pytest.fixture(scope="module")
+def qwen_base(tmp_path_factory) -> Path:
+    """A small random Qwen3 with the real Qwen3 tokenizer, which splits the format tags into several tokens."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from grpo_playground.data.tag_tokens import qwen3_tokenizer_dir
+
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(qwen3_tokenizer_dir())
+    config = AutoConfig.for_model("qwen3", vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                                  num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                                  tie_word_embeddings=True)
+    folder = tmp_path_factory.mktemp("qwen-base")
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.skipif(nvidia_gpu_present(), reason="this machine has a GPU: the proof would really run")
+def test_the_proof_makes_its_adapters_and_reports_why_vllm_cannot_run_here(qwen_base, tmp_path):
+    out = tmp_path / "gpu" / "vllm_chat.json"
+    code = vllm_chat_proof.main(["--base", str(qwen_base), "--work", str(tmp_path / "adapters"), "--out", str(out)])
+    report = json.loads(out.read_text())
+    assert code == 1 and "vLLM backend cannot run here" in report["error"]
+    assert Path(report["server_log"]) == out.with_suffix(".server.log") and out.with_suffix(".server.log").is_file()
+    adapters = {name: Path(path) for name, path in report["adapters"].items()}
+    assert set(adapters) == {"plain", "hot", "tagged"}
+    plain = json.loads((adapters["plain"] / "adapter_config.json").read_text())
+    tagged = json.loads((adapters["tagged"] / "adapter_config.json").read_text())
+    assert not plain.get("trainable_token_indices")
+    assert tagged["trainable_token_indices"], "the tag-registered adapter must carry its new embedding rows"
+    assert vllm_adapter_problem(adapters["plain"]) is None and vllm_adapter_problem(adapters["hot"]) is None
+    assert "data.register_tags: false" in vllm_adapter_problem(adapters["tagged"])
+    with pytest.raises(ValueError, match="export the merged model"):
+        vllm_command(str(qwen_base), {"plain": adapters["plain"], "tagged": adapters["tagged"]}, 8000)
+
+
+def test_the_proof_summary_compares_with_the_issues_targets():
+    report = {"throughput": [
+        {"model": "plain", "concurrent": 1, "first_token_s_median": 0.05, "tokens_per_s": 400.0},
+        {"model": "plain", "concurrent": 8, "first_token_s_median": 0.09, "tokens_per_s": 1500.0},
+        {"model": "base", "concurrent": 8, "first_token_s_median": 0.08, "tokens_per_s": 2500.0}]}
+    summary = vllm_chat_proof.summarize(report)
+    assert summary["model"] == "plain" and summary["tokens_per_s_8_chats"] == 1500.0
+    assert summary["meets_first_token"] is True and summary["meets_tokens_per_s"] is False
+    assert vllm_chat_proof.summarize({}) == {}
+
+
+def test_the_proofs_chat_measurements_on_a_real_streaming_server():
+    """The proof's client side (streamed chats through serving.client, first-token latency, tokens/s, chats at
+    once from threads) against a real OpenAI-compatible server: llama.cpp on the packaged SmolLM2 GGUF."""
+    from grpo_playground.models import MODELS, gguf_path, load_tokenizer
+    from grpo_playground.serving import llamacpp_server
+
+    tokenizer = load_tokenizer("tiny")  # counts the reply's tokens; any tokenizer exercises the plumbing
+    server = llamacpp_server(str(gguf_path(MODELS["smollm2-135m"]))).start()
+    try:
+        model = json.loads(__import__("httpx").get(server.base_url + "/v1/models").text)["data"][0]["id"]
+        one = vllm_chat_proof.chat_once(server.base_url, model, vllm_chat_proof.PROBLEM, tokenizer, 12, temperature=0.0)
+        both = vllm_chat_proof.chats(server.base_url, model, tokenizer, 2, 8, rounds=2)
+    finally:
+        server.stop()
+    assert one["reply"].strip() and one["tokens"] > 0 and 0 < one["first_token_s"] <= one["seconds"]
+    assert both["ok"] == 4 and both["failed"] == 0 and both["tokens"] > 0 and both["tokens_per_s"] > 0
+    assert 0 < both["first_token_s_median"] <= both["first_token_s_max"] <= both["wall_s"]
