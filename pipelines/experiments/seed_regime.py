@@ -4,7 +4,8 @@ answer-only problems beat spending the same time on more SFT over the few worked
     OMP_NUM_THREADS=1 python -m pipelines.experiments.seed_regime [--recipe recipes/tiny-cpu.yaml] \
         [--worked generator:train] [--answers generator:train] [--eval-data generator:test] \
         [--n-worked 200] [--n-answers 4000] [--n-eval 600] [--minutes 10] \
-        [--work runs/seed_regime] [--out results/learning_seed_regime_cpu] [--set SECTION.KEY=VALUE ...]
+        [--eval-backend transformers|vllm] [--work runs/seed_regime] [--out results/learning_seed_regime_cpu] \
+        [--set SECTION.KEY=VALUE ...]
 
 With the seed's datasets (files on disk, any of .jsonl/.json/.csv/.parquet):
     --worked openmath:OpenMathReasoning-mini.parquet --answers dapo:DAPO-Math-17k.parquet --eval-data gsm8k:test.jsonl
@@ -173,6 +174,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-rounds", type=int, default=10,
                         help="at most this many SFT rounds; the arms then start from the last one, target met or not")
     parser.add_argument("--preflight-prompts", type=int, default=8)
+    parser.add_argument("--eval-backend", default="transformers", choices=("transformers", "vllm"),
+                        help="how the four checkpoints are evaluated (vllm: GPU only, adapters without registered tags)")
     parser.add_argument("--control-lr", type=float, default=None,
                         help="peak lr of the two SFT continuations (default: a tenth of the recipe's SFT lr)")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "seed_regime")
@@ -238,13 +241,14 @@ def main(argv: list[str] | None = None) -> int:
               "sft_w+more_sft_w": str(work / "more_sft_w" / "sft"), "sft_w+fresh_sft": str(work / "fresh_sft" / "sft")}
     mark(work, "eval", "running")
     full = {arm: evaluate(model, work / f"eval_{arm.replace('+', '_')}.json", args.n_eval, cfg.grpo.max_completion_length,
-                          args.eval_data, args.eval_seed) for arm, model in models.items()}
+                          args.eval_data, args.eval_seed, args.eval_backend) for arm, model in models.items()}
     result = {
         "command": "OMP_NUM_THREADS=1 python -m pipelines.experiments.seed_regime " + " ".join(argv or sys.argv[1:]),
         "recipe": str(args.recipe.relative_to(ROOT) if args.recipe.resolve().is_relative_to(ROOT) else args.recipe),
         "sources": {"worked": args.worked, "answers": args.answers, "eval": args.eval_data, "eval_seed": args.eval_seed},
         "sets": {**sets, "fresh": n_fresh},
         "minutes": args.minutes,
+        "eval_backend": args.eval_backend,
         "sft_w": {k: v for k, v in sft.items() if k != "adapter"},
         "format_target": args.format_target,
         "sampled_format": {"prompts": args.preflight_prompts, "completions_each": cfg.grpo.num_generations,
@@ -269,9 +273,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def _versions() -> dict:
     import platform
-    from importlib.metadata import version
+    from importlib.metadata import PackageNotFoundError, version
 
-    return {"python": platform.python_version(), **{p: version(p) for p in ("torch", "transformers", "trl", "peft")}}
+    found = {}
+    for package in ("torch", "transformers", "trl", "peft", "vllm"):
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:  # vllm: GPU machines only
+            pass
+    return {"python": platform.python_version(), **found}
 
 
 def report(r: dict) -> str:
@@ -291,8 +301,8 @@ def report(r: dict) -> str:
         f"{r['sampled_format']['prompts']} prompts x "
         f"{r['sampled_format']['completions_each']} completions at temperature {r['sampled_format']['temperature']}).", "",
         f"Each arm after sft-W trained T = {r['minutes']:g} min (the SFT continuations for GRPO's measured time, lr "
-        f"{r['control']['learning_rate']:g} {r['control']['schedule']}). Greedy evaluation on the same held-out "
-        "prompts, ± one standard error:", "",
+        f"{r['control']['learning_rate']:g} {r['control']['schedule']}). Greedy evaluation "
+        f"({r.get('eval_backend', 'transformers')}) on the same held-out prompts, ± one standard error:", "",
         "| arm | train time | steps | format rate % | accuracy % |", "|---|---|---|---|---|",
     ]
     for arm in ARMS:

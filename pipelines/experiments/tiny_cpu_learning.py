@@ -52,11 +52,13 @@ def train(recipe: Path, run_dir: Path, stage: str, overrides: list[str]) -> dict
     return read_status(run_dir)
 
 
-def evaluate(model: str, out: Path, n: int, max_new_tokens: int, data: str, seed: int) -> dict:
+def evaluate(model: str, out: Path, n: int, max_new_tokens: int, data: str, seed: int,
+             backend: str = "transformers") -> dict:
     if not out.exists():
+        batch = n if backend == "vllm" else 64  # vLLM schedules its own batches: give it every prompt at once
         run([sys.executable, "-m", "pipelines.eval", "--model", model, "--data", data, "--n", str(n),
-             "--seed", str(seed), "--batch-size", "64", "--max-new-tokens", str(max_new_tokens), "--out", str(out)],
-            out.with_suffix(".log"))
+             "--seed", str(seed), "--backend", backend, "--batch-size", str(batch),
+             "--max-new-tokens", str(max_new_tokens), "--out", str(out)], out.with_suffix(".log"))
     return json.loads(out.read_text())
 
 

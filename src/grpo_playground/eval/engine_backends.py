@@ -110,9 +110,11 @@ class VllmBackend:
         self.lora = LoRARequest("adapter", 1, spec.location) if spec.source == "adapter" else None
         rank = lora_rank(spec.location) if self.lora else 8
         # bfloat16 as the transformers backend uses on a GPU (the converted SmolLM2 folder says float32); a memory
-        # share sized from the model, not a fixed 0.7: on the H200 a fixed 0.7 failed when another engine held memory
+        # share sized from the model, not a fixed 0.7: on the H200 a fixed 0.7 failed when another engine held memory.
+        # Eager: an evaluation is one batch, and torch.compile + CUDA-graph capture took the engine start past 105 s
+        # on the H200 (results/gpu/h200_chat/eval_speed_vllm.vllm.log) for a generation of a few seconds.
         self.llm = LLM(model=str(hf_dir(base)), dtype=dtype or "bfloat16", enable_lora=self.lora is not None,
-                       max_lora_rank=next(r for r in VLLM_LORA_RANKS if r >= rank), seed=0,
+                       max_lora_rank=next(r for r in VLLM_LORA_RANKS if r >= rank), seed=0, enforce_eager=True,
                        gpu_memory_utilization=eval_memory_share(hf_dir(base)))
 
     def generate(self, prompts: list[str], max_new_tokens: int) -> list[Generation]:
