@@ -3,14 +3,17 @@
 #   bash benchmarks/device_run.sh STEP [STEP...]
 # Steps: env; speed-base and speed (the GPU speed issue's suites, started in the background with setsid: they outlive
 # the call and run one after the other); vllm-smoke; wait-speed (follows the speed suite until done or WAIT_S);
-# serve and eval-speed (the vLLM chat proof and eval timing); report; seed-regime (issue 13's experiment in the
-# background, after BEFORE_SEED, a command) and wait-seed (follows it until done or WAIT_S). Results go under /tmp/bench (kept while the
+# serve and eval-speed (the vLLM chat proof and eval timing); report; seed-sft and seed-regime (issue 13's
+# experiment, in the background) and wait-seed (follows it until done or WAIT_S). Results go under /tmp/bench (kept while the
 # machine stays warm); each call packs every log and result so far (no weights) into $OUT/bench_<time>.tgz and prints
 # the table of every run last.
 set -uo pipefail
 source benchmarks/device_setup.sh
 W=/tmp/bench; mkdir -p $W
 B="python3 -m benchmarks.gpu_grpo"
+SEED="python3 -m pipelines.experiments.seed_regime --recipe benchmarks/recipes/smollm2_seed_regime_gpu.yaml \
+  --worked 'generator:train?levels=1-2' --answers 'generator:train?levels=1-2' --eval-data 'generator:test?levels=1-2' \
+  --minutes ${SEED_MINUTES:-4} --max-rounds 5 --work $W/seed --out $W/learning_seed_regime_gpu"
 background() {  # NAME COMMAND...: run in its own session (survives the call), log to $W/NAME.log, touch $W/NAME.done
   local name=$1; shift
   setsid nohup bash -c "$*; echo exit \$? > $W/$name.done" > $W/$name.log 2>&1 < /dev/null &
@@ -41,14 +44,13 @@ for p in ('transformers','trl','peft','accelerate','datasets','bitsandbytes','un
     serve) timeout 280 python3 -m benchmarks.vllm_chat_proof ${SERVE_ARGS:-} > $W/vllm_chat.log 2>&1; tail -25 $W/vllm_chat.log ;;
     eval-speed) timeout 280 python3 -m benchmarks.eval_speed ${EVAL_ARGS:-} > $W/eval_speed.log 2>&1; tail -10 $W/eval_speed.log ;;
     report) $B report $W/speed --out $W/grpo_step.json && cp $W/grpo_step.json $OUT/ ;;
-    # BEFORE_SEED runs first in the same job; the four checkpoints are then evaluated through vLLM if the eval-speed
-    # step's vLLM evaluation finished ($W/eval_speed.vllm.json), else through transformers
-    seed-regime) background seed-regime "${BEFORE_SEED:-true}; \
-      EB=\$([ -f $W/eval_speed.vllm.json ] && echo vllm || echo transformers); \
-      python3 -m pipelines.experiments.seed_regime --recipe benchmarks/recipes/smollm2_seed_regime_gpu.yaml \
-      --worked 'generator:train?levels=1-2' --answers 'generator:train?levels=1-2' \
-      --eval-data 'generator:test?levels=1-2' --minutes ${SEED_MINUTES:-4} --max-rounds 5 --eval-backend \$EB \
-      --work $W/seed --out $W/learning_seed_regime_gpu" ;;
+    # seed-sft: the data and sft-W alone (TRL and SmolLM2 suffice: it can run while the vLLM parts still travel);
+    # seed-regime: after seed-sft (if started) and BEFORE_SEED, the whole experiment (sft-W is then skipped), its
+    # four checkpoints evaluated through vLLM if the eval-speed step's vLLM evaluation finished, else transformers
+    seed-sft) background seed-sft "$SEED --eval-backend transformers --only-sft-w" ;;
+    seed-regime) background seed-regime "while [ -f $W/seed-sft.log ] && [ ! -f $W/seed-sft.done ]; do sleep 2; done; \
+      ${BEFORE_SEED:-true}; EB=\$([ -f $W/eval_speed.vllm.json ] && echo vllm || echo transformers); \
+      $SEED --eval-backend \$EB" ;;
     wait-seed)  # follows the seed-regime job until done or WAIT_S
       end=$(( $(date +%s) + ${WAIT_S:-500} ))
       while [ ! -f $W/seed-regime.done ] && [ $(date +%s) -lt $end ]; do

@@ -55,12 +55,19 @@ def test_bad_source_spec_is_refused_before_any_run(capsys):
 @pytest.mark.slow
 def test_every_arm_trains_and_is_scored_on_the_same_prompts(tmp_path):
     out = tmp_path / "result"
-    assert seed_regime.main([
-        "--n-worked", "16", "--n-answers", "16", "--n-eval", "8", "--minutes", "0.1", "--round-steps", "3",
-        "--format-target", "0", "--preflight-prompts", "1", "--work", str(tmp_path / "work"), "--out", str(out),
-        "--set", "sft.per_device_batch_size=4", "--set", "grpo.per_device_batch_size=8",
-        "--set", "grpo.max_completion_length=32",
-    ]) == 0
+    argv = ["--n-worked", "16", "--n-answers", "16", "--n-eval", "8", "--minutes", "0.1", "--round-steps", "3",
+            "--format-target", "0", "--preflight-prompts", "1", "--work", str(tmp_path / "work"), "--out", str(out),
+            "--set", "sft.per_device_batch_size=4", "--set", "grpo.per_device_batch_size=8",
+            "--set", "grpo.max_completion_length=32"]
+    # --only-sft-w stops after sft-W (the GPU session trains it while vLLM's parts still travel) ...
+    assert seed_regime.main([*argv, "--only-sft-w"]) == 0
+    assert (tmp_path / "work" / "sft_w_round0" / "sft").is_dir()
+    assert not (tmp_path / "work" / "grpo_a").exists() and not out.with_suffix(".json").exists()
+    round_log = tmp_path / "work" / "sft_w_round0.log"
+    trained_once = round_log.read_text()
+    # ... and the run without it goes on from that sft-W instead of training it again
+    assert seed_regime.main(argv) == 0
+    assert round_log.read_text() == trained_once
     result = json.loads(out.with_suffix(".json").read_text())
     assert set(result["eval"]) == set(seed_regime.ARMS)
     assert all(result["eval"][arm]["n"] == 8 and result["steps"][arm] >= 1 for arm in seed_regime.ARMS)

@@ -4,7 +4,7 @@ answer-only problems beat spending the same time on more SFT over the few worked
     OMP_NUM_THREADS=1 python -m pipelines.experiments.seed_regime [--recipe recipes/tiny-cpu.yaml] \
         [--worked generator:train] [--answers generator:train] [--eval-data generator:test] \
         [--n-worked 200] [--n-answers 4000] [--n-eval 600] [--minutes 10] \
-        [--eval-backend transformers|vllm] [--work runs/seed_regime] [--out results/learning_seed_regime_cpu] \
+        [--eval-backend transformers|vllm] [--only-sft-w] [--work runs/seed_regime] [--out results/learning_seed_regime_cpu] \
         [--set SECTION.KEY=VALUE ...]
 
 With the seed's datasets (files on disk, any of .jsonl/.json/.csv/.parquet):
@@ -178,6 +178,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="how the four checkpoints are evaluated (vllm: GPU only, adapters without registered tags)")
     parser.add_argument("--control-lr", type=float, default=None,
                         help="peak lr of the two SFT continuations (default: a tenth of the recipe's SFT lr)")
+    parser.add_argument("--only-sft-w", action="store_true",
+                        help="stop after the data and sft-W (a later run without it goes on from there)")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "seed_regime")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "learning_seed_regime_cpu")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
@@ -215,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
 
     sft = sft_until_format(args, cfg, work, worked_spec)
     mark(work, "sft_w", "done")
+    if args.only_sft_w:
+        return 0
     mark(work, "sft_w+grpo_a", "running", work / "grpo_a")
     grpo_status = train(args.recipe, work / "grpo_a", "grpo",
                         [*base, f"model.name_or_path={sft['adapter']}", "sft.enabled=false",

@@ -25,12 +25,14 @@ class HistoryPart:
 
 def build_history() -> HistoryPart:
     gr.Markdown("Every run on disk; click a row to watch it in **2. Live run**.")
-    table = gr.Dataframe(run_views.history_table([]), label="Runs", interactive=False, wrap=True, max_height=300,
+    table = gr.Dataframe(run_views.history_table([]), label="Runs", interactive=False, wrap=True, max_height=260,
                          elem_id="training-history")
-    with gr.Row():
-        compare_run = gr.Dropdown([], label="Compare with run")
-        compare_key = gr.Dropdown(COMPARE_KEYS, value="reward", label="Metric", allow_custom_value=True)
-    compare_plot = gr.Plot(label=COMPARE_CHART.title, show_label=False, visible=False, elem_id="training-compare")
+    with gr.Row():  # the pickers beside the chart: table and chart fit one laptop screen (1280 x 800)
+        with gr.Column(scale=1, min_width=220):
+            compare_run = gr.Dropdown([], label="Compare with run")
+            compare_key = gr.Dropdown(COMPARE_KEYS, value="reward", label="Metric", allow_custom_value=True)
+        compare_plot = gr.Plot(label=COMPARE_CHART.title, show_label=False, visible=False, elem_id="training-compare",
+                               scale=3)
     return HistoryPart(table, compare_run, compare_key, compare_plot)
 
 
