@@ -248,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
                           args.eval_data, args.eval_seed, args.eval_backend) for arm, model in models.items()}
     result = {
         "command": "OMP_NUM_THREADS=1 python -m pipelines.experiments.seed_regime " + " ".join(argv or sys.argv[1:]),
-        "recipe": str(args.recipe.relative_to(ROOT) if args.recipe.resolve().is_relative_to(ROOT) else args.recipe),
+        "recipe": str(args.recipe.resolve().relative_to(ROOT) if args.recipe.resolve().is_relative_to(ROOT)
+                      else args.recipe),
         "sources": {"worked": args.worked, "answers": args.answers, "eval": args.eval_data, "eval_seed": args.eval_seed},
         "sets": {**sets, "fresh": n_fresh},
         "minutes": args.minutes,
