@@ -72,6 +72,7 @@ def test_every_arm_trains_and_is_scored_on_the_same_prompts(tmp_path):
     assert set(result["eval"]) == set(seed_regime.ARMS)
     assert all(result["eval"][arm]["n"] == 8 and result["steps"][arm] >= 1 for arm in seed_regime.ARMS)
     assert result["sft_w"]["steps"] == 3 and len(result["sft_w"]["rounds"]) == 1
+    assert sum(part["n"] for part in result["by_template"].values()) == 8
     assert {arm: d["n"] for arm, d in result["grpo_minus"].items()} == {
         "sft_w": 8, "sft_w+more_sft_w": 8, "sft_w+fresh_sft": 8}
     # The control continues SFT on W itself at a tenth of the recipe's lr, for GRPO's measured time.
@@ -83,3 +84,21 @@ def test_every_arm_trains_and_is_scored_on_the_same_prompts(tmp_path):
     progress = json.loads((tmp_path / "work" / PROGRESS_FILE).read_text())["steps"]
     assert list(progress) == list(seed_regime.STEPS) and {s["state"] for s in progress.values()} == {"done"}
     assert progress["sft_w+grpo_a"]["run_dir"] == str(tmp_path / "work" / "grpo_a")
+
+
+def test_template_split_separates_prompts_whose_template_w_taught():
+    worked = ["Ana has 3 apples. She buys 4 more. How many apples?"]
+    def completions(*correct):
+        problems = ["Ben has 10 apples. He buys 2 more. How many apples?",  # W's template, other numbers and names
+                    "Ben has 10 apples. He buys 2 more. How many apples?",
+                    "A train goes 60 km in 2 hours. How fast is it?",
+                    "A train goes 90 km in 3 hours. How fast is it?"]
+        return {"completions": [{"problem": p, "correct": c} for p, c in zip(problems, correct)]}
+    full = {"sft_w": completions(0, 0, 0, 0), "sft_w+grpo_a": completions(1, 0, 1, 1),
+            "sft_w+more_sft_w": completions(1, 1, 0, 0), "sft_w+fresh_sft": completions(1, 1, 1, 1)}
+    split = seed_regime.template_split(worked, full)
+    assert split["template_in_w"]["n"] == 2 and split["template_not_in_w"]["n"] == 2
+    assert split["template_in_w"]["accuracy"]["sft_w+more_sft_w"] == 1.0
+    assert split["template_not_in_w"]["accuracy"]["sft_w+grpo_a"] == 1.0
+    assert split["template_in_w"]["grpo_minus"]["sft_w+more_sft_w"]["difference"] == -0.5
+    assert split["template_not_in_w"]["grpo_minus"]["sft_w+more_sft_w"]["difference"] == 1.0

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -72,6 +73,10 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
     tmp.replace(path)
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def _worked_rows(examples: list[dict], tags) -> list[dict]:
@@ -155,6 +160,29 @@ def sft_until_format(args, cfg, work: Path, worked_spec: str) -> dict:
     return {"adapter": adapter, "rounds": rounds, "steps": sum(r["steps"] for r in rounds),
             "train_seconds": sum(r["seconds"] for r in rounds),
             "format_rate": rounds[-1]["format_rate"], "format_target_met": rounds[-1]["format_rate"] >= args.format_target}
+
+
+def template(problem: str) -> str:
+    """A problem with its numbers and capitalised words masked: generated problems that differ only in their
+    numbers and names share a template."""
+    return re.sub(r"\b[A-Z][a-z]+\b", "X", re.sub(r"\d+(?:\.\d+)?", "N", problem))
+
+
+def template_split(worked: list[str], full: dict[str, dict]) -> dict:
+    """Each arm's accuracy on the held-out prompts whose template occurs in W and on the rest, with GRPO's paired
+    differences on each part: does an arm gain by recalling W's templates, or beyond them?"""
+    seen = {template(p) for p in worked}
+    covered = [template(c["problem"]) in seen for c in full["sft_w"]["completions"]]
+    split = {}
+    for part, keep in (("template_in_w", True), ("template_not_in_w", False)):
+        evals = {arm: {"completions": [c for c, k in zip(f["completions"], covered) if k == keep]}
+                 for arm, f in full.items()}
+        n = len(evals["sft_w"]["completions"])
+        split[part] = {"n": n, "accuracy": {arm: sum(c["correct"] for c in e["completions"]) / n if n else None
+                                            for arm, e in evals.items()},
+                       "grpo_minus": {arm: paired_difference(evals["sft_w+grpo_a"], e) if n > 1 else None
+                                      for arm, e in evals.items() if arm != "sft_w+grpo_a"}}
+    return split
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -265,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
                   "sft_w+fresh_sft": fresh["step"]},
         "eval": {arm: {k: v for k, v in f.items() if k not in ("completions", "example_prompt")} for arm, f in full.items()},
         "grpo_minus": {arm: paired_difference(full["sft_w+grpo_a"], full[arm]) for arm in ARMS if arm != "sft_w+grpo_a"},
+        "by_template": template_split([row["problem"] for row in _read_jsonl(data_dir / "worked.jsonl")], full),
         "model_sha256": _weights_sha256(cfg.model.name_or_path),
         "versions": _versions(),
     }
@@ -316,7 +345,22 @@ def report(r: dict) -> str:
     lines += ["", "sft-W + grpo-A minus each other arm, paired on the same prompts (accuracy points):", ""]
     for arm, d in r["grpo_minus"].items():
         lines.append(f"- minus {arm}: {100 * d['difference']:+.1f} ± {100 * d['se']:.1f}")
-    return "\n".join(lines + level_table({arm: e[arm] for arm in ARMS})) + "\n"
+    lines += level_table({arm: e[arm] for arm in ARMS})
+    if "by_template" in r:
+        lines += ["", "Accuracy (%) on held-out prompts whose template (numbers and capitalised words masked) occurs in W, "
+                  "and on the rest; GRPO minus each arm, paired, in points:", "",
+                  "| held-out prompts | n | " + " | ".join(ARMS) + " | " + " | ".join(
+                      f"grpo minus {arm}" for arm in ARMS if arm != "sft_w+grpo_a") + " |",
+                  "|---|---|" + "---|" * (2 * len(ARMS) - 1)]
+        for part, d in r["by_template"].items():
+            if not d["n"]:
+                continue
+            diffs = [d["grpo_minus"][arm] for arm in ARMS if arm != "sft_w+grpo_a"]
+            lines.append(f"| {part.replace('_', ' ').replace(' w', ' W')} | {d['n']} | "
+                         + " | ".join(f"{100 * d['accuracy'][arm]:.1f}" for arm in ARMS) + " | "
+                         + " | ".join(f"{100 * x['difference']:+.1f} ± {100 * x['se']:.1f}" if x else "-" for x in diffs)
+                         + " |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
