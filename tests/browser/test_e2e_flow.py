@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SCREENSHOT_OPTIONS
 from grpo_playground.config import apply_overrides, dump_recipe, load_recipe
 from grpo_playground.data import load_examples
 
@@ -73,7 +74,7 @@ def region_screenshot(page, name: str, first: str, last: str) -> Path:
     }""", [first, last])
     path = ROOT / "artifacts" / "screenshots" / f"e2e-{name}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(path), full_page=True,
+    page.screenshot(path=str(path), full_page=True, **SCREENSHOT_OPTIONS,
                     clip={"x": 0, "y": max(0, top - 12), "width": page.viewport_size["width"], "height": bottom - top + 24})
     return path
 
