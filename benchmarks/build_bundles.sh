@@ -35,7 +35,8 @@ fetch pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspe
   outlines_core==0.2.14 apache-tvm-ffi==0.1.11 fastapi==0.165.0 starlette==1.10.0 opentelemetry-api==1.45.2 \
   uvicorn==0.54.0 jmespath==1.1.0 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 mistral_common==1.13.1 \
   model-hosting-container-standards==0.1.16 pycountry==26.2.16 pydantic-extra-types==2.11.1 referencing==0.37.0 \
-  rpds-py==2026.9.1 watchfiles==1.3.0 prometheus_fastapi_instrumentator==8.1.0 prometheus_client==0.26.0 ${VLLM_EXTRA:-}
+  rpds-py==2026.9.1 watchfiles==1.3.0 prometheus_fastapi_instrumentator==8.1.0 prometheus_client==0.26.0 \
+  msgspec==0.23.0 ${VLLM_EXTRA:-}  # msgspec also comes with Unsloth's set: a WITH_UNSLOTH=0 bundle lacked it
 
 rm -rf "$STAGE"; mkdir -p "$STAGE"/{base,smollm2,vllm}
 unpack() { local dest=$1; shift; for w in "$@"; do unzip -q -o "$w" -d "$dest"; done; }

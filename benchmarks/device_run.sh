@@ -46,10 +46,10 @@ for p in ('transformers','trl','peft','accelerate','datasets','bitsandbytes','un
     report) $B report $W/speed --out $W/grpo_step.json && cp $W/grpo_step.json $OUT/ ;;
     # seed-sft: the data and sft-W alone (TRL and SmolLM2 suffice: it can run while the vLLM parts still travel);
     # seed-regime: after seed-sft (if started) and BEFORE_SEED, the whole experiment (sft-W is then skipped), its
-    # four checkpoints evaluated through vLLM if the eval-speed step's vLLM evaluation finished, else transformers
+    # four checkpoints evaluated through vLLM if an eval-speed run's vLLM evaluation finished, else transformers
     seed-sft) background seed-sft "$SEED --eval-backend transformers --only-sft-w" ;;
     seed-regime) background seed-regime "while [ -f $W/seed-sft.log ] && [ ! -f $W/seed-sft.done ]; do sleep 2; done; \
-      ${BEFORE_SEED:-true}; EB=\$([ -f $W/eval_speed.vllm.json ] && echo vllm || echo transformers); \
+      ${BEFORE_SEED:-true}; EB=\$(ls $W/eval_speed*.vllm.json >/dev/null 2>&1 && echo vllm || echo transformers); \
       $SEED --eval-backend \$EB" ;;
     wait-seed)  # follows the seed-regime job until done or WAIT_S
       end=$(( $(date +%s) + ${WAIT_S:-500} ))
