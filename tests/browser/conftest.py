@@ -23,8 +23,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
-# A full-page shot of the whole app waited past Playwright's 30 s default on 2 cores busy with a training job
-SCREENSHOT_OPTIONS = {"timeout": 120_000, "animations": "disabled"}
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 # This network reaches nothing: switch off everything that phones home, or chromium waits on timeouts.
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -121,8 +119,7 @@ def close_page(request, context, page) -> None:
     report = getattr(request.node, "report_call", None)
     if report is not None and report.failed:
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOTS / f"FAILED-{file_stem(request)}.png"), full_page=True,
-                        **SCREENSHOT_OPTIONS)
+        page.screenshot(path=str(SCREENSHOTS / f"FAILED-{file_stem(request)}.png"), full_page=True)
     context.close()
 
 
@@ -159,7 +156,7 @@ def screenshot(request):
 
     def save(page, name: str) -> Path:
         path = SCREENSHOTS / f"{prefix}-{name}.png"
-        page.screenshot(path=str(path), full_page=True, **SCREENSHOT_OPTIONS)
+        page.screenshot(path=str(path), full_page=True)
         return path
 
     return save

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SCREENSHOT_OPTIONS
 from grpo_playground.config import apply_overrides, dump_recipe, load_recipe
 from grpo_playground.data import load_examples
 
@@ -66,15 +65,18 @@ def show_screen(page, name: str) -> None:
 
 
 def region_screenshot(page, name: str, first: str, last: str) -> Path:
-    """Save the part of the page from the top of selector `first` to the bottom of `last`, full width:
+    """Save the band of the page that holds selectors `first` and `last`, full width:
     artifacts/screenshots/e2e-<name>.png, the size the docs embed (the full pages run to 5000 px)."""
+    # the union of both boxes: in the split Training tab the pre-flight sits above the samples table, and a clip of
+    # negative height made Playwright's screenshot wait until its timeout
     top, bottom = page.evaluate("""([a, b]) => {
-        const y = (sel, edge) => document.querySelector(sel).getBoundingClientRect()[edge] + window.scrollY;
-        return [y(a, 'top'), y(b, 'bottom')];
+        const box = (sel) => document.querySelector(sel).getBoundingClientRect();
+        const [ra, rb] = [box(a), box(b)];
+        return [Math.min(ra.top, rb.top) + window.scrollY, Math.max(ra.bottom, rb.bottom) + window.scrollY];
     }""", [first, last])
     path = ROOT / "artifacts" / "screenshots" / f"e2e-{name}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(path), full_page=True, **SCREENSHOT_OPTIONS,
+    page.screenshot(path=str(path), full_page=True,
                     clip={"x": 0, "y": max(0, top - 12), "width": page.viewport_size["width"], "height": bottom - top + 24})
     return path
 
