@@ -75,8 +75,9 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
     tmp.replace(path)
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def worked_problems(data_dir: Path) -> list[str]:
+    """W's questions, in order, as written to <work>/data/worked.jsonl."""
+    return [json.loads(line)["problem"] for line in (data_dir / "worked.jsonl").open()]
 
 
 def _worked_rows(examples: list[dict], tags) -> list[dict]:
@@ -123,7 +124,7 @@ def fresh_set(args, cfg, data_dir: Path, n_fresh: int) -> int:
     if path.exists():
         return sum(1 for _ in path.open())
     tags = cfg.rewards.tags
-    w_questions = {json.loads(line)["problem"] for line in (data_dir / "worked.jsonl").open()}
+    w_questions = set(worked_problems(data_dir))
     held_out = {e["problem"] for e in load_examples(args.eval_data, n=args.n_eval, tags=tags, seed=args.eval_seed).examples}
     # Same source and seed as W, drawn larger: W's problems come back first and are dropped by question.
     pool = load_examples(args.worked, n=args.n_worked + args.n_eval + n_fresh, tags=tags, with_solution=True,
@@ -293,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
                   "sft_w+fresh_sft": fresh["step"]},
         "eval": {arm: {k: v for k, v in f.items() if k not in ("completions", "example_prompt")} for arm, f in full.items()},
         "grpo_minus": {arm: paired_difference(full["sft_w+grpo_a"], full[arm]) for arm in ARMS if arm != "sft_w+grpo_a"},
-        "by_template": template_split([row["problem"] for row in _read_jsonl(data_dir / "worked.jsonl")], full),
+        "by_template": template_split(worked_problems(data_dir), full),
         "model_sha256": _weights_sha256(cfg.model.name_or_path),
         "versions": _versions(),
     }

@@ -18,19 +18,17 @@ import os
 import re
 import shlex
 import shutil
-import signal
-import subprocess
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from grpo_playground.child_process import CHECKOUT, env_without_secrets, python_child_env
+from grpo_playground.child_process import env_without_secrets, python_child_env
 from grpo_playground.data.generator import LEVELS
 from grpo_playground.data.spec import parse_levels
 from grpo_playground.jobs.launcher import LOCK_NAME
-from grpo_playground.jobs.runs import is_alive, process_start_ticks
+from grpo_playground.jobs.background import start_detached, stop_detached
+from grpo_playground.jobs.runs import is_alive
 from grpo_playground.run_layout import (
     COMPARISON_JOB,
     COMPARISON_LOG,
@@ -164,24 +162,15 @@ def start_comparison(recipe: Path, recipe_name: str, plan: ComparisonPlan) -> di
              f"exec flock {shlex.quote(str(lock))} /bin/sh -c {shlex.quote(inner)}")
     env = python_child_env(env_without_secrets(), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     with open(folder / COMPARISON_LOG, "wb") as log:
-        proc = subprocess.Popen(["/bin/sh", "-c", chain], cwd=CHECKOUT, env=env, stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    threading.Thread(target=proc.wait, daemon=True).start()  # collect its exit status: no zombie
+        process = start_detached(["/bin/sh", "-c", chain], log, env)
     write_json_atomic(folder / COMPARISON_JOB, {
-        "pid": proc.pid, "start_ticks": process_start_ticks(proc.pid), "plan": asdict(plan),
+        **process, "plan": asdict(plan),
         "recipe_name": recipe_name, "command": "OMP_NUM_THREADS=1 " + shlex.join(["python", *command[1:]]),
         "started": time.time()})
     return comparison_state(folder.name)
 
 
 def stop_comparison(comparison_id: str) -> str:
-    folder = comparison_path(comparison_id)
-    job = read_json(folder / COMPARISON_JOB)
-    if not is_alive(job.get("pid"), job.get("start_ticks")):
-        return f"Comparison {comparison_id} is not running."
-    write_json_atomic(folder / COMPARISON_JOB, {**job, "stopped": True})
-    try:
-        os.killpg(job["pid"], signal.SIGTERM)  # its own session: the whole chain, nothing else
-    except ProcessLookupError:
-        pass
-    return f"Stopped comparison {comparison_id} (pid {job['pid']})."
+    pid = stop_detached(comparison_path(comparison_id) / COMPARISON_JOB)
+    return f"Comparison {comparison_id} is not running." if pid is None else \
+        f"Stopped comparison {comparison_id} (pid {pid})."

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
-import subprocess
-import threading
 import time
 from pathlib import Path
 
-from grpo_playground.child_process import CHECKOUT, python_child_env
+from grpo_playground.child_process import python_child_env
 from grpo_playground.eval import results as store
-from grpo_playground.jobs.runs import is_alive, process_start_ticks
+from grpo_playground.jobs.background import start_detached, stop_detached
+from grpo_playground.jobs.runs import is_alive
 from grpo_playground.run_layout import EVAL_JOB, EVAL_LOG, evals_dir, read_json, write_json_atomic
 MAX_EVAL_S = 3 * 3600  # per checkpoint: a hung model server or a huge n on CPU is stopped
 LOG_TAIL_BYTES = 4000
@@ -71,24 +69,14 @@ def start_eval_job(models: list[str], data: str, n: int, batch_size: int, max_ne
     env = python_child_env(OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     log_path = evals_dir() / EVAL_LOG
     with open(log_path, "wb") as log:  # one job's log at a time: the results files are the record
-        proc = subprocess.Popen(["/bin/sh", "-c", "; ".join(steps)], cwd=CHECKOUT, env=env, stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    threading.Thread(target=proc.wait, daemon=True).start()  # collect its exit status: no zombie
-    write_json_atomic(_job_file(), {"pid": proc.pid, "start_ticks": process_start_ticks(proc.pid), "items": items,
-                                    "data": data, "started": time.time()})
+        process = start_detached(["/bin/sh", "-c", "; ".join(steps)], log, env)
+    write_json_atomic(_job_file(), {**process, "items": items, "data": data, "started": time.time()})
     return eval_job_state()
 
 
 def stop_eval_job() -> str:
-    job = read_json(_job_file())
-    if not job or not is_alive(job.get("pid"), job.get("start_ticks")):
-        return "No evaluation is running."
-    write_json_atomic(_job_file(), {**job, "stopped": True})
-    try:
-        os.killpg(job["pid"], signal.SIGTERM)  # its own session: the whole chain, nothing else
-    except ProcessLookupError:
-        pass
-    return f"Stopped the evaluation (pid {job['pid']})."
+    pid = stop_detached(_job_file())
+    return "No evaluation is running." if pid is None else f"Stopped the evaluation (pid {pid})."
 
 
 def _tail(path: Path) -> str:

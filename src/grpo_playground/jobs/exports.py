@@ -9,14 +9,13 @@ quantization run on the CPU.
 
 from __future__ import annotations
 
-import subprocess
-import threading
 import time
 from pathlib import Path
 
-from grpo_playground.child_process import CHECKOUT, python_child_env
+from grpo_playground.child_process import python_child_env
+from grpo_playground.jobs.background import start_detached
 from grpo_playground.jobs.control import check_owner
-from grpo_playground.jobs.runs import is_alive, load_run, process_start_ticks, reconcile
+from grpo_playground.jobs.runs import is_alive, load_run, reconcile
 from grpo_playground.run_layout import (
     ACTIVE_STATES,
     EXPORT_JOB,
@@ -54,11 +53,9 @@ def start_export(run_id: str, gguf: list[str] | tuple[str, ...] = ("q4_k_m",), t
         log.write(f"\n{MARKER} {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(command[1:])}\n".encode())
         log.flush()
         started = time.time()
-        proc = subprocess.Popen(command, cwd=CHECKOUT, env=python_child_env(), stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    threading.Thread(target=proc.wait, daemon=True).start()  # collect its exit status: no zombie
+        process = start_detached(command, log, python_child_env())
     write_json_atomic(info.path / EXPORT_JOB, {
-        "pid": proc.pid, "start_ticks": process_start_ticks(proc.pid), "command": command, "started": started,
+        **process, "command": command, "started": started,
         "result": str(export_dir(info.path, stage) / EXPORT_RESULT)})
     return export_state(info.path)
 
