@@ -54,9 +54,12 @@ def checkpoint_label(model: str) -> str:
     return f"{path.parent.name}/{path.name}" if path.is_absolute() else model
 
 
-def eval_command(model: str, data: str, n: int, batch_size: int, max_new_tokens: int, out: Path) -> list[str]:
-    return [sys.executable, "-m", "pipelines.eval", "--model", model, "--data", data, "--n", str(n),
-            "--batch-size", str(batch_size), "--max-new-tokens", str(max_new_tokens), "--out", str(out)]
+def eval_command(models: list[str], data: str, n: int, batch_size: int, max_new_tokens: int, outs: list[Path],
+                 backend: str = "transformers") -> list[str]:
+    """One `pipelines.eval` process for `models` in turn, each written to its `outs` file."""
+    pairs = [arg for model, out in zip(models, outs) for arg in ("--model", model, "--out", str(out))]
+    return [sys.executable, "-m", "pipelines.eval", *pairs, "--data", data, "--n", str(n),
+            "--batch-size", str(batch_size), "--max-new-tokens", str(max_new_tokens), "--backend", backend]
 
 
 def result_path(model: str) -> Path:

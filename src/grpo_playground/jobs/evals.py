@@ -53,24 +53,30 @@ def eval_job_state() -> dict:
     return {"state": state, "items": items, "log": log}
 
 
-def start_eval_job(models: list[str], data: str, n: int, batch_size: int, max_new_tokens: int) -> dict:
+def start_eval_job(models: list[str], data: str, n: int, batch_size: int, max_new_tokens: int,
+                   backend: str = "transformers") -> dict:
     """Start evaluating `models` (already checked) one after the other; refuses while one runs."""
     if eval_job_state()["state"] == "running":
         raise RuntimeError("an evaluation is already running: wait for it or press Stop")
-    items, steps = [], []
-    for model in models:
-        out = store.result_path(model)
-        label = store.checkpoint_label(model)
-        command = store.eval_command(model, data, n, batch_size, max_new_tokens, out)
-        items.append({"label": label, "model": model, "out": str(out)})
+    items = [{"label": store.checkpoint_label(m), "model": m, "out": str(store.result_path(m))} for m in models]
+    # vLLM: one process for every checkpoint, so a base and its adapters share one engine start (~1 min each);
+    # other backends: one process per checkpoint, so one that fails does not take the next ones with it
+    groups = [items] if backend == "vllm" else [[item] for item in items]
+    steps = []
+    for group in groups:
+        command = store.eval_command([i["model"] for i in group], data, n, batch_size, max_new_tokens,
+                                     [Path(i["out"]) for i in group], backend)
+        labels = ", ".join(i["label"] for i in group)
+        failed = "; ".join(f"echo {shlex.quote(FAILED_MARK + ' ' + i['label'])} \"(exit $code)\"" for i in group)
         # --foreground keeps `timeout` in the job's process group, so Stop (killpg) reaches the evaluation too
-        steps.append(f"echo {shlex.quote(f'[eval] {label}')}; timeout --foreground {MAX_EVAL_S} {shlex.join(command)} "
-                     f"|| echo {shlex.quote(f'{FAILED_MARK} {label}')} \"(exit $?)\"")
+        steps.append(f"echo {shlex.quote(f'[eval] {labels}')}; timeout --foreground {MAX_EVAL_S * len(group)} "
+                     f"{shlex.join(command)} || {{ code=$?; {failed}; }}")
     env = python_child_env(OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     log_path = evals_dir() / EVAL_LOG
     with open(log_path, "wb") as log:  # one job's log at a time: the results files are the record
         process = start_detached(["/bin/sh", "-c", "; ".join(steps)], log, env)
-    write_json_atomic(_job_file(), {**process, "items": items, "data": data, "started": time.time()})
+    write_json_atomic(_job_file(), {**process, "items": items, "data": data, "backend": backend,
+                                    "started": time.time()})
     return eval_job_state()
 
 
