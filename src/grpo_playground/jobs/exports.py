@@ -12,10 +12,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from grpo_playground.child_process import python_child_env
+from grpo_playground.child_process import job_env
 from grpo_playground.jobs.background import start_detached
 from grpo_playground.jobs.control import check_owner
-from grpo_playground.jobs.runs import is_alive, load_run, reconcile
+from grpo_playground.contracts.process import is_alive, log_tail
+from grpo_playground.jobs.runs import load_run, reconcile
 from grpo_playground.run_layout import (
     ACTIVE_STATES,
     EXPORT_JOB,
@@ -53,7 +54,7 @@ def start_export(run_id: str, gguf: list[str] | tuple[str, ...] = ("q4_k_m",), t
         log.write(f"\n{MARKER} {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(command[1:])}\n".encode())
         log.flush()
         started = time.time()
-        process = start_detached(command, log, python_child_env())
+        process = start_detached(command, log, job_env())
     write_json_atomic(info.path / EXPORT_JOB, {
         **process, "command": command, "started": started,
         "result": str(export_dir(info.path, stage) / EXPORT_RESULT)})
@@ -82,12 +83,6 @@ def export_state(run_dir: Path) -> dict:
 
 
 def _last_attempt(path: Path) -> str:
-    try:
-        with open(path, "rb") as f:
-            end = f.seek(0, 2)
-            f.seek(max(0, end - LOG_TAIL_BYTES))
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
+    text = log_tail(path, LOG_TAIL_BYTES)
     start = text.rfind(MARKER)
     return text[start:] if start >= 0 else text
