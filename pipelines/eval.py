@@ -11,28 +11,15 @@ JSON object with the metrics (and their standard errors, `<metric>_se`).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
-from pathlib import Path
+
+from grpo_playground.cli.args import EvalArgs
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.eval", description=__doc__.split("\n")[0])
-    parser.add_argument("--model", required=True, help="registry name, local model folder, or run adapter folder")
-    parser.add_argument("--data", default="generator:test", help="source spec (default generator:test)")
-    parser.add_argument("--n", type=int, default=100, help="number of examples (default 100)")
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--max-new-tokens", type=int, default=256)
-    parser.add_argument("--prefill", action=argparse.BooleanOptionalAction, default=None,
-                        help="prefill the opening reasoning tag (default: the run's recipe, else on)")
-    parser.add_argument("--enable-thinking", action="store_true", help="Qwen3 templates: leave the thinking switch on")
-    parser.add_argument("--seed", type=int, default=0, help="generator seed")
-    parser.add_argument("--backend", default="transformers")
-    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
-    parser.add_argument("--out", type=Path, default=None, help="write the full results (every completion) as JSON")
-    args = parser.parse_args(argv)
+    args = EvalArgs.parse_args(argv)
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch

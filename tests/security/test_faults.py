@@ -202,7 +202,7 @@ DUMPS_ITS_ENVIRONMENT = "import json, os, sys; open(sys.argv[1], 'w').write(json
 def test_jobs_get_the_hub_token_but_never_the_owner_token(runs, monkeypatch):
     # Before: training, eval and export jobs inherited the app's whole environment, the owner token with it, and
     # their /proc/<pid>/environ is readable by any same-user process (a custom reward's parent, a chat server).
-    from grpo_playground import export
+    from grpo_playground.cli.args import ExportArgs
     from grpo_playground.jobs import comparisons, evals, exports
     from grpo_playground.eval import results
 
@@ -221,7 +221,7 @@ def test_jobs_get_the_hub_token_but_never_the_owner_token(runs, monkeypatch):
     write_status(trained, state="finished")
     (trained / "sft").mkdir()
     (trained / "sft" / "adapter_config.json").write_text("{}")
-    monkeypatch.setattr(export, "export_command", lambda *args, **kwargs: dump("export"))
+    monkeypatch.setattr(ExportArgs, "command", lambda self: dump("export"))
     exports.start_export(trained.name, token=owner)
     monkeypatch.setattr(comparisons, "experiment_command", lambda *args, **kwargs: dump("compare"))
     recipe = runs / "recipe.yaml"

@@ -29,6 +29,10 @@ LORA_GGUF_SUFFIX = ".lora.gguf"  # NAME.lora.gguf: the LoRA as a GGUF adapter...
 BASE_MODEL_SUFFIX = ".base"  # ...and the base model it runs on, at f16 (GGUF files are NAME.<type>.gguf):
 BASE_GGUF_SUFFIX = BASE_MODEL_SUFFIX + ".f16.gguf"  # NAME.base.f16.gguf
 
+CONVERTER_GGUF_TYPES = ("f32", "f16", "bf16")  # NAME.<type>.gguf written by llama.cpp's converter...
+QUANT_GGUF_TYPES = ("q8_0", "q6_k", "q5_k_m", "q4_k_m", "q4_0")  # ...and requantized from the f16 file
+GGUF_TYPES = CONVERTER_GGUF_TYPES + QUANT_GGUF_TYPES
+
 
 def base_gguf_of(lora_gguf_name: str) -> str:
     """The file name of the base GGUF that a NAME.lora.gguf adapter runs on."""

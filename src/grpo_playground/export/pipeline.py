@@ -1,6 +1,6 @@
 """export_run: a trained run (or a plain model) -> LoRA copy, merged HF model, GGUF files, GGUF LoRA adapter,
 Ollama Modelfile, optional hub upload, and export.json with the checks. Runs in a child process (it
-imports torch); the UI starts it through `export_command`.
+imports torch); the UI starts it with `cli.args.ExportArgs(...).command()`.
 """
 
 from __future__ import annotations

@@ -18,12 +18,12 @@ import os
 import re
 import shlex
 import shutil
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from grpo_playground.child_process import job_env
+from grpo_playground.cli.args import CompareArgs
 from grpo_playground.data.generator import LEVELS
 from grpo_playground.data.spec import parse_levels
 from grpo_playground.jobs.background import start_detached, stop_detached
@@ -96,12 +96,11 @@ def comparison_path(comparison_id: str) -> Path:
 def experiment_command(folder: Path, plan: ComparisonPlan) -> list[str]:
     """The CLI the job runs (and the panel shows, to rerun it by hand or with larger sizes)."""
     sources = plan.sources()
-    return [sys.executable, "-m", "pipelines.experiments.seed_regime", "--recipe", str(folder / RECIPE_FILE),
-            "--worked", sources["worked"], "--answers", sources["answers"], "--eval-data", sources["eval"],
-            "--n-worked", str(plan.n_worked), "--n-answers", str(plan.n_answers), "--n-eval", str(plan.n_eval),
-            "--minutes", f"{plan.minutes:g}", "--round-steps", str(plan.round_steps),
-            "--max-rounds", str(plan.max_rounds), "--format-target", f"{plan.format_target:g}",
-            "--work", str(folder / COMPARISON_WORK), "--out", str(folder / COMPARISON_RESULT)]
+    return CompareArgs(recipe=folder / RECIPE_FILE, worked=sources["worked"], answers=sources["answers"],
+                       eval_data=sources["eval"], n_worked=plan.n_worked, n_answers=plan.n_answers,
+                       n_eval=plan.n_eval, minutes=plan.minutes, round_steps=plan.round_steps,
+                       max_rounds=plan.max_rounds, format_target=plan.format_target,
+                       work=folder / COMPARISON_WORK, out=folder / COMPARISON_RESULT).command()
 
 
 def comparison_state(comparison_id: str) -> dict:

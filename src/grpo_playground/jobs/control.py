@@ -19,6 +19,7 @@ from pathlib import Path
 
 from grpo_playground.child_process import CHECKOUT as ROOT
 from grpo_playground.child_process import job_env
+from grpo_playground.cli.args import TrainArgs
 from grpo_playground.config import RunConfig, save_recipe
 from grpo_playground.contracts.process import is_alive, kill_group, process_start_ticks
 from grpo_playground.jobs.runs import RunInfo, compact_metrics, load_run, queue_order, reconcile, stop_grace_s
@@ -55,14 +56,10 @@ def check_owner(token: str | None, action: str = "starting, stopping and resumin
 
 
 def train_command(run_dir: Path, stage: str = "all", resume: bool = False) -> list[str]:
-    """The CLI that runs a recipe, as the job runs it (and as the tab shows it for copy-paste)."""
+    """The CLI that runs a run folder's recipe, as the job runs it."""
     if stage not in JOB_STAGES:
         raise ValueError(f"stage {stage!r} is unknown: use one of {', '.join(JOB_STAGES)}")
-    command = [sys.executable, "-m", "pipelines.train", "--config", str(Path(run_dir) / RECIPE_FILE),
-               "--run-dir", str(run_dir)]
-    if stage != "all":
-        command += ["--stage", stage]
-    return command + (["--resume"] if resume else [])
+    return TrainArgs(Path(run_dir) / RECIPE_FILE, run_dir=Path(run_dir), stage=stage, resume=resume).command()
 
 
 def shell_command(command: list[str]) -> str:
