@@ -12,31 +12,17 @@ several checkpoints in one process: with --backend vllm a base and its run's ada
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
-from pathlib import Path
+
+from grpo_playground.cli.args import EvalArgs
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.eval", description=__doc__.split("\n")[0])
-    parser.add_argument("--model", required=True, action="append",
-                        help="registry name, local model folder, or run adapter folder; repeat it to evaluate several "
-                             "in turn (with --backend vllm a base and its adapters share one engine)")
-    parser.add_argument("--data", default="generator:test", help="source spec (default generator:test)")
-    parser.add_argument("--n", type=int, default=100, help="number of examples (default 100)")
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--max-new-tokens", type=int, default=256)
-    parser.add_argument("--prefill", action=argparse.BooleanOptionalAction, default=None,
-                        help="prefill the opening reasoning tag (default: the run's recipe, else on)")
-    parser.add_argument("--enable-thinking", action="store_true", help="Qwen3 templates: leave the thinking switch on")
-    parser.add_argument("--seed", type=int, default=0, help="generator seed")
-    parser.add_argument("--backend", default="transformers")
-    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
-    parser.add_argument("--out", type=Path, action="append", default=None,
-                        help="write the full results (every completion) as JSON; one per --model")
-    args = parser.parse_args(argv)
+    args = EvalArgs.parse_args(argv)
+    if args.out and len(args.out) != len(args.model):
+        EvalArgs.parser().error(f"{len(args.model)} --model but {len(args.out)} --out: give one --out per --model, or none")
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
@@ -44,9 +30,6 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     from grpo_playground.eval import evaluate_each
 
-    outs = args.out or []
-    if outs and len(outs) != len(args.model):
-        parser.error(f"{len(args.model)} --model but {len(outs)} --out: give one --out per --model, or none")
     try:
         results = evaluate_each(
             args.model, backend=args.backend, device=args.device, data=args.data, n=args.n,
@@ -54,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
             enable_thinking=args.enable_thinking, seed=args.seed,
         )
         for i, result in enumerate(results):
-            if outs:
-                _write(outs[i], result)
+            if args.out:
+                _write(args.out[i], result)
             _report(result)
     except (ValueError, FileNotFoundError, RuntimeError) as error:
         print(f"error: {error}", file=sys.stderr)

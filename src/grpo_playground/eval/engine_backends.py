@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from grpo_playground.contracts.layout import EXPORT_MERGED_DIR, LORA_GGUF_SUFFIX, base_gguf_of
 from grpo_playground.eval.generation import Generation, end_of_turn_ids
 from grpo_playground.serving.backends import vllm_unavailable_reason
 from grpo_playground.serving.process import BackendUnavailable
@@ -28,11 +29,11 @@ def _gguf_and_tokenizer_source(model: str) -> tuple[Path, Path | None, str]:
         raise ValueError(f"llama.cpp eval needs a .gguf file or a GGUF registry model, got {model!r}: "
                          "export the run first (python -m pipelines.export --run RUN_DIR --gguf q4_k_m)")
     lora = None
-    if path.name.endswith(".lora.gguf"):
-        lora, path = path, path.with_name(path.name.replace(".lora.gguf", ".base.f16.gguf"))
+    if path.name.endswith(LORA_GGUF_SUFFIX):
+        lora, path = path, path.with_name(base_gguf_of(path.name))
         if not path.is_file():
             raise FileNotFoundError(f"{lora.name} needs its base model {path.name} beside it: re-export with --lora-gguf")
-    merged = path.parent / "merged"  # pipelines.export keeps the HF tokenizer there
+    merged = path.parent / EXPORT_MERGED_DIR  # pipelines.export keeps the HF tokenizer there
     if not (merged / "tokenizer_config.json").is_file():
         raise FileNotFoundError(f"no HF tokenizer beside {path.name} (expected {merged}): eval renders prompts with "
                                 "the HF chat template, so evaluate a file written by pipelines.export")

@@ -7,10 +7,10 @@ is the record, so results survive a closed browser or an app restart and the pan
 from __future__ import annotations
 
 import re
-import sys
 import time
 from pathlib import Path
 
+from grpo_playground.cli.args import EvalArgs
 from grpo_playground.run_layout import ADAPTER_CONFIG, EVALS_DIR, TRAINED_STAGES, adapter_dir, evals_dir, read_json, runs_dir
 
 CHART_METRICS = ("accuracy", "lenient_accuracy", "format_rate", "recheck_rate")
@@ -57,9 +57,8 @@ def checkpoint_label(model: str) -> str:
 def eval_command(models: list[str], data: str, n: int, batch_size: int, max_new_tokens: int, outs: list[Path],
                  backend: str = "transformers") -> list[str]:
     """One `pipelines.eval` process for `models` in turn, each written to its `outs` file."""
-    pairs = [arg for model, out in zip(models, outs) for arg in ("--model", model, "--out", str(out))]
-    return [sys.executable, "-m", "pipelines.eval", *pairs, "--data", data, "--n", str(n),
-            "--batch-size", str(batch_size), "--max-new-tokens", str(max_new_tokens), "--backend", backend]
+    return EvalArgs(tuple(models), data, n, batch_size, max_new_tokens, backend=backend,
+                    out=tuple(Path(o) for o in outs)).command()
 
 
 def result_path(model: str) -> Path:

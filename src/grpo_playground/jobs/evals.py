@@ -14,10 +14,10 @@ import shlex
 import time
 from pathlib import Path
 
-from grpo_playground.child_process import python_child_env
+from grpo_playground.child_process import job_env
 from grpo_playground.eval import results as store
 from grpo_playground.jobs.background import start_detached, stop_detached
-from grpo_playground.jobs.runs import is_alive
+from grpo_playground.contracts.process import is_alive, log_tail
 from grpo_playground.run_layout import EVAL_JOB, EVAL_LOG, evals_dir, read_json, write_json_atomic
 MAX_EVAL_S = 3 * 3600  # per checkpoint: a hung model server or a huge n on CPU is stopped
 LOG_TAIL_BYTES = 4000
@@ -35,7 +35,7 @@ def eval_job_state() -> dict:
     if not job:
         return {"state": "none", "items": [], "log": ""}
     running = is_alive(job.get("pid"), job.get("start_ticks"))
-    log = _tail(evals_dir() / EVAL_LOG)
+    log = log_tail(evals_dir() / EVAL_LOG, LOG_TAIL_BYTES)
     failed = {line.split(FAILED_MARK, 1)[1].rsplit(" (exit", 1)[0].strip()
               for line in log.splitlines() if FAILED_MARK in line}
     items, first_open = [], True
@@ -71,7 +71,7 @@ def start_eval_job(models: list[str], data: str, n: int, batch_size: int, max_ne
         # --foreground keeps `timeout` in the job's process group, so Stop (killpg) reaches the evaluation too
         steps.append(f"echo {shlex.quote(f'[eval] {labels}')}; timeout --foreground {MAX_EVAL_S * len(group)} "
                      f"{shlex.join(command)} || {{ code=$?; {failed}; }}")
-    env = python_child_env(OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    env = job_env(OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     log_path = evals_dir() / EVAL_LOG
     with open(log_path, "wb") as log:  # one job's log at a time: the results files are the record
         process = start_detached(["/bin/sh", "-c", "; ".join(steps)], log, env)
@@ -83,12 +83,3 @@ def start_eval_job(models: list[str], data: str, n: int, batch_size: int, max_ne
 def stop_eval_job() -> str:
     pid = stop_detached(_job_file())
     return "No evaluation is running." if pid is None else f"Stopped the evaluation (pid {pid})."
-
-
-def _tail(path: Path) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.path.getsize(path) - LOG_TAIL_BYTES))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
