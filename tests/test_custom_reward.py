@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -218,54 +219,66 @@ def test_huge_output_is_truncated(namespaces):
 
 @pytest.mark.parametrize("namespaces", MODES)
 def test_cwd_is_a_fresh_empty_temp_dir_that_is_deleted_afterwards(namespaces):
-    result = run(reward_code("print(os.getcwd(), os.listdir('.'))\nopen('scratch.txt', 'w').write('ok')"), namespaces)
+    result = run(reward_code("print(os.getcwd(), os.listdir('.'))"), namespaces)
     cwd, listing = result.stdout.split(" ", 1)
     assert listing.strip() == "[]" and result.scores == [1.0]
     assert not os.path.exists(cwd) or cwd == "/tmp"  # the jail's cwd is its private tmpfs
-    assert not Path(cwd, "scratch.txt").exists()
 
 
-@pytest.mark.parametrize("namespaces", MODES)
-def test_file_size_is_limited(namespaces):
-    result = run(reward_code("open('big.bin', 'wb').write(b'0' * (2 << 20))"), namespaces, file_mb=1)
+@pytest.mark.skipif(not HAS_NAMESPACES, reason="only the jail has scratch files (its private /tmp)")
+def test_scratch_files_in_the_jail_vanish_with_it():
+    result = run(reward_code("open('scratch.txt', 'w').write('ok')\nprint(open('scratch.txt').read())"))
+    assert result.stdout == "ok\n" and result.scores == [1.0]
+    assert not Path("/tmp/scratch.txt").exists()
+
+
+@pytest.mark.skipif(not HAS_NAMESPACES, reason="only the jail has scratch files: the plain mode writes none")
+def test_file_size_is_limited():
+    result = run(reward_code("open('big.bin', 'wb').write(b'0' * (2 << 20))"), file_mb=1)
     assert result.scores is None and "File too large" in result.error, result.error
 
 
-@pytest.mark.skipif(not HAS_NAMESPACES, reason="without namespaces, world-writable folders such as /tmp are "
-                                               "writable (documented in docs/custom_rewards.md)")
+@pytest.mark.parametrize("namespaces", MODES)
 @pytest.mark.parametrize("folder", ["/tmp", "/dev/shm", "/var/tmp"])
-def test_world_writable_folders_are_read_only_with_namespaces(folder):
+def test_world_writable_folders_of_the_host_cannot_be_written(namespaces, folder):
     target = Path(folder, f"grpo-escape-{uuid.uuid4().hex}")
-    result = run(reward_code(f"open({str(target)!r}, 'w').write('escaped')"))
+    result = run(reward_code(f"open({str(target)!r}, 'w').write('escaped')"), namespaces)
     assert not target.exists()
-    assert result.scores == [1.0] if folder != "/var/tmp" else "No such file or directory" in result.error
-    # /tmp and /dev are private tmpfs inside the jail: the write lands there and vanishes with it; /var is
-    # not in the jail at all.
+    if not namespaces:  # the filter lets open() only read: nothing is created anywhere
+        assert "Operation not permitted" in result.error, result.error
+    else:  # /tmp and /dev are private tmpfs inside the jail: the write lands there and vanishes with it
+        assert result.scores == [1.0] if folder != "/var/tmp" else "No such file or directory" in result.error
 
 
-@pytest.mark.skipif(not HAS_NAMESPACES and os.geteuid() != 0,
-                    reason="without namespaces or a uid drop, the code may write wherever the app may")
-def test_the_apps_own_folders_cannot_be_written():
-    folder = Path(tempfile.mkdtemp(prefix="grpo-app-"))  # like the app's runs/ folder: owned by the app
-    folder.chmod(0o755)
+@pytest.mark.parametrize("namespaces", MODES)
+@pytest.mark.parametrize("attack", [
+    "open({target!r}, 'w').write('escaped')", "os.mkdir({target!r})", "os.rename({folder!r} + '/keep', {target!r})",
+    "os.unlink({folder!r} + '/keep')"])
+def test_the_apps_own_folders_cannot_be_changed(namespaces, attack):
+    # A folder the code's user may write (for a non-root app: its runs/, its source): before, the plain mode
+    # wrote, renamed and deleted there.
+    folder = Path(tempfile.mkdtemp(prefix="grpo-app-"))
+    folder.chmod(0o777)
+    (folder / "keep").write_text("the app's")
     target = folder / "planted.py"
     try:
-        result = run(reward_code(f"open({str(target)!r}, 'w').write('escaped')"))
-        assert not target.exists() and result.scores is None
+        result = run(reward_code(attack.format(target=str(target), folder=str(folder))), namespaces)
+        assert sorted(os.listdir(folder)) == ["keep"] and result.scores is None, result.stdout
+        assert ("No such file or directory" if namespaces else "Operation not permitted") in result.error
     finally:
-        target.unlink(missing_ok=True)
-        folder.rmdir()
+        shutil.rmtree(folder)
 
 
-@pytest.mark.skipif(not HAS_NAMESPACES, reason="without namespaces the code has the app's network")
-def test_no_network_with_namespaces():
+@pytest.mark.parametrize("namespaces", MODES)
+def test_no_network(namespaces):
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
         port = server.getsockname()[1]
-        result = run(reward_code(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)"))
-    # The jail has its own network namespace (only its own loopback): the app's listening port is not there.
-    assert result.scores is None and "Connection refused" in result.error, result.error
+        result = run(reward_code(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)"),
+                     namespaces)
+    # The filter refuses socket() itself; the jail also has its own network namespace (only its loopback).
+    assert result.scores is None and "Operation not permitted" in result.error, result.error
 
 
 @pytest.mark.parametrize("namespaces", MODES)

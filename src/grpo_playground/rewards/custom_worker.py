@@ -20,30 +20,29 @@ import traceback
 
 FILENAME = "<reward>"
 MAX_ERROR_CHARS = 4000
-PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 4, 38, 22, 2
 
 
 class SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def load_seccomp(program: bytes) -> None:
-    """no_new_privs, then the app's seccomp filter (raw BPF, 8 bytes a record): from here on the calls it
-    refuses (mount, unshare, ptrace, setsid...) fail with EPERM. Any failure aborts the run."""
+def confine(program: bytes, cpu_s: int, memory_mb: int, file_mb: int) -> None:
+    """Non-dumpable, the rlimits, no_new_privs, then the app's seccomp filter (raw BPF, 8 bytes a record).
+    Done by the launcher before it forks the code, so both sides of that fork are held alike: the code cannot
+    read or write the launcher's memory (/proc/<ppid>/mem needs a dumpable target), nor undo any of it."""
     libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "cannot make the launcher non-dumpable")
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+    resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (file_mb << 20, file_mb << 20))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     code = ctypes.create_string_buffer(program, len(program))
     prog = SockFprog(len(program) // 8, ctypes.addressof(code))
     if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or \
             libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "cannot load the seccomp filter")
-
-
-def set_limits(cpu_s: int, memory_mb: int, file_mb: int) -> None:
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
-    resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (file_mb << 20, file_mb << 20))
-    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))  # no fork, no threads: no fork bomb
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
 def user_traceback(exc: BaseException) -> str:
@@ -82,13 +81,24 @@ def score(request: dict) -> dict:
     return {"scores": [s if math.isfinite(s) else repr(s) for s in out]}
 
 
+def reply(result_fd: int, data: dict) -> None:
+    with os.fdopen(result_fd, "wb") as f:
+        f.write(json.dumps(data).encode())
+
+
 def main() -> None:
     result_fd, cpu_s, memory_mb, file_mb = (int(a) for a in (sys.argv[1], *sys.argv[3:6]))
     program = bytes.fromhex(sys.argv[2])
     request = json.loads(sys.stdin.read())
     sys.stdout.flush()
+    try:
+        confine(program, cpu_s, memory_mb, file_mb)
+    except OSError as exc:
+        reply(result_fd, {"error": f"could not confine the reward process: {exc}"})
+        os._exit(1)
     # An intermediate launcher: the user's code runs in a child, so its parent is this process, not the app.
     pid = os.fork()
+    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))  # from here on neither side forks: no fork bomb
     if pid:
         _, status = os.waitpid(pid, 0)
         # Pass the child's fate on as an exit status; a signal (SIGXCPU: the CPU limit) as 128 + its number.
@@ -96,16 +106,12 @@ def main() -> None:
     # The child stays in the launcher's process group: the app's timeout kills the whole group.
     sys.stdout.reconfigure(line_buffering=True)  # prints made before a timeout still reach the app
     try:
-        set_limits(cpu_s, memory_mb, file_mb)
-        load_seccomp(program)
-        reply = score(request)
+        data = score(request)
     except MemoryError:
-        reply = {"error": f"memory limit exceeded ({memory_mb} MB).", "memory_exceeded": True}
+        data = {"error": f"memory limit exceeded ({memory_mb} MB).", "memory_exceeded": True}
     except BaseException as exc:  # the user's error, reported to the user: nothing here is the app's
-        reply = {"error": user_traceback(exc)[-MAX_ERROR_CHARS:]}
-    data = json.dumps(reply).encode()
-    with os.fdopen(result_fd, "wb") as f:
-        f.write(data)
+        data = {"error": user_traceback(exc)[-MAX_ERROR_CHARS:]}
+    reply(result_fd, data)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
