@@ -106,10 +106,7 @@ def test_a_new_session_cannot_outlive_the_timeout(jailed):
     """
     result = run_custom_reward(reward(body), ["a"], "1", Limits(namespaces=jailed, wall_seconds=0.5))
     assert result.timed_out or "Operation not permitted" in result.error
-    deadline = time.monotonic() + 5  # the kernel tears a PID namespace down soon after, not at once
-    while (survivors := [p for p in os.listdir("/proc") if p.isdigit() and _comm(p) == name]) and \
-            time.monotonic() < deadline:
-        time.sleep(0.1)
+    survivors = _wait_for_no_process_named(name)
     assert not survivors, f"processes {survivors} outlived the sandbox"
 
 
@@ -151,13 +148,13 @@ def test_the_code_cannot_hijack_its_parent(jailed):
     """
     try:
         result = run_custom_reward(reward(body), ["a"], "1", Limits(namespaces=jailed, wall_seconds=1))
-        assert "HIJACKED" not in result.stdout, "the code's shellcode ran in its parent"
-        assert result.scores == [1.0] and result.stdout.startswith("refused: PermissionError"), result.stdout
     finally:
         survivors = _wait_for_no_process_named(name)
         for pid in survivors:
             os.kill(int(pid), signal.SIGKILL)
-    assert not survivors, f"a child of the hijacked parent, {survivors}, outlived the call"
+    assert not survivors, f"a setsid child of the hijacked parent, {survivors}, outlived the call"
+    assert "HIJACKED" not in result.stdout, "the code's shellcode ran in its parent"
+    assert result.scores == [1.0] and result.stdout.startswith("refused: PermissionError"), result.stdout
 
 
 @pytest.mark.parametrize("jailed", MODES)
