@@ -160,36 +160,43 @@ def test_the_code_cannot_hijack_its_parent(jailed):
 @pytest.mark.parametrize("jailed", MODES)
 def test_the_launcher_is_held_like_the_code(jailed):
     # The code's parent (the launcher; in the jail, pid 1) runs under the same filter and limits (and is
-    # non-dumpable: test_the_code_cannot_hijack_its_parent).
+    # non-dumpable: test_the_code_cannot_hijack_its_parent). Default limits: 256 MB, no process.
     body = """
     pid = os.getppid()
+    while open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[0] != 'S':
+        time.sleep(0.001)  # until it waits for this process: it sets RLIMIT_NPROC right after the fork
     status = dict(l.split(':', 1) for l in open(f'/proc/{pid}/status'))
-    limits = [l for l in open(f'/proc/{pid}/limits') if l.startswith('Max address space')][0].split()
-    print(status['Seccomp'].strip(), status['NoNewPrivs'].strip(), limits[3])
+    limits = {l[:26].strip(): l[26:].split()[0] for l in open(f'/proc/{pid}/limits')}
+    print(status['Seccomp'].strip(), status['NoNewPrivs'].strip(), limits['Max address space'],
+          limits['Max processes'])
     """
-    result = run_custom_reward(reward(body), ["a"], "1", Limits(namespaces=jailed, memory_mb=200))
-    assert result.stdout.split() == ["2", "1", str(200 << 20)], result.stdout
+    result = run_custom_reward(reward(body), ["a"], "1", Limits(namespaces=jailed))
+    assert result.stdout.split() == ["2", "1", str(256 << 20), "0"], result.stdout
 
 
 @pytest.mark.parametrize("jailed", MODES)
-def test_no_other_process_memory_can_be_written(jailed):
+def test_other_processes_of_its_user_cannot_be_written(jailed):
     # A dumpable process of the code's own user (for a non-root app: a training job, a model server).
     ids = {"user": custom.NOBODY, "group": custom.NOBODY, "extra_groups": []} if os.geteuid() == 0 else {}
-    target = subprocess.Popen(["sleep", "30"], **ids)
+    target = subprocess.Popen(["sleep", "30"], env={"JOB_SECRET": "job-secret"}, **ids)
     try:
         body = f"""
-        try:
-            with open('/proc/{target.pid}/mem', 'r+b', buffering=0) as mem:
-                print('opened')
-        except OSError as exc:
-            print('refused:', type(exc).__name__)
+        for name, mode in (('mem', 'r+b'), ('environ', 'rb')):
+            try:
+                with open('/proc/{target.pid}/' + name, mode, buffering=0) as f:
+                    print(name, f.read(200))
+            except OSError as exc:
+                print(name, 'refused:', type(exc).__name__)
         """
         result = run_custom_reward(reward(body), ["a"], "1", Limits(namespaces=jailed))
-        # plain: open() may only read; in the jail the process is not there at all (its own PID namespace)
-        assert result.stdout.strip() == ("refused: FileNotFoundError" if jailed else "refused: PermissionError")
     finally:
         target.kill()
         target.wait()
+    mem, environ = result.stdout.splitlines()
+    if jailed:  # its own PID namespace: the process is not there at all
+        assert (mem, environ) == ("mem refused: FileNotFoundError", "environ refused: FileNotFoundError")
+    else:  # open() may only read: memory not writable; what it was started with stays readable (documented)
+        assert mem == "mem refused: PermissionError" and "job-secret" in environ, result.stdout
 
 
 def _wait_for_no_process_named(name: str, seconds: float = 5) -> list[str]:
