@@ -160,18 +160,18 @@ def test_the_code_cannot_hijack_its_parent(jailed):
 @pytest.mark.parametrize("jailed", MODES)
 def test_the_launcher_is_held_like_the_code(jailed):
     # The code's parent (the launcher; in the jail, pid 1) runs under the same filter and limits (and is
-    # non-dumpable: test_the_code_cannot_hijack_its_parent). Default limits: 256 MB, no process.
+    # non-dumpable: test_the_code_cannot_hijack_its_parent). Default limits: 2 s CPU, 256 MB, no process.
     body = """
     pid = os.getppid()
     while open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[0] != 'S':
         time.sleep(0.001)  # until it waits for this process: it sets RLIMIT_NPROC right after the fork
     status = dict(l.split(':', 1) for l in open(f'/proc/{pid}/status'))
     limits = {l[:26].strip(): l[26:].split()[0] for l in open(f'/proc/{pid}/limits')}
-    print(status['Seccomp'].strip(), status['NoNewPrivs'].strip(), limits['Max address space'],
-          limits['Max processes'])
+    print(status['Seccomp'].strip(), status['NoNewPrivs'].strip(), limits['Max cpu time'],
+          limits['Max address space'], limits['Max processes'])
     """
     result = run_custom_reward(reward(body), ["a"], "1", Limits(namespaces=jailed))
-    assert result.stdout.split() == ["2", "1", str(256 << 20), "0"], result.stdout
+    assert result.stdout.split() == ["2", "1", "2", str(256 << 20), "0"], result.stdout
 
 
 @pytest.mark.parametrize("jailed", MODES)
