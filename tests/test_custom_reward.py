@@ -170,18 +170,17 @@ def test_no_child_processes(namespaces, body, expected):
 @pytest.mark.parametrize("namespaces", MODES)
 def test_killing_its_parent_does_not_reach_the_app(namespaces):
     # The code's parent is an intermediate launcher, not this process (the app): if the kill reached the
-    # app, this test process would die and the test run with it. The orphaned code may still finish.
+    # app, this test process would die and the test run with it. (The filter refuses the kill anyway.)
     result = run(reward_code("import signal\nprint(os.getppid())\nos.kill(os.getppid(), signal.SIGKILL)"), namespaces)
     if not namespaces:  # a PID namespace numbers its own processes: its pids may equal the app's by chance
         assert int(result.stdout) != os.getpid()
     assert run(EXAMPLE_REWARD, namespaces, ["4"], "4").scores == [1.0]  # and the next call works
 
 
-@pytest.mark.skipif(not HAS_NAMESPACES and os.geteuid() != 0,
-                    reason="without namespaces or a uid drop, same-uid code can find and signal the app "
-                           "(documented in docs/custom_rewards.md)")
-def test_the_app_cannot_be_found_and_killed_through_proc():
-    # Walks up the PPid chain in /proc and SIGKILLs every ancestor it can: the app must survive.
+@pytest.mark.parametrize("namespaces", MODES)
+def test_the_app_cannot_be_found_and_killed_through_proc(namespaces):
+    # Walks up the PPid chain in /proc and SIGKILLs every ancestor it can: the app must survive (the filter
+    # lets the code signal only itself; before, a non-root app's plain-mode code killed it).
     body = """
     import signal
     pid = os.getppid()
@@ -193,8 +192,8 @@ def test_the_app_cannot_be_found_and_killed_through_proc():
         with open(f'/proc/{pid}/status') as f:
             pid = int([l for l in f if l.startswith('PPid:')][0].split()[1])
     """
-    run(reward_code(body))
-    assert run(EXAMPLE_REWARD, completions=["4"], answer="4").scores == [1.0]
+    run(reward_code(body), namespaces)
+    assert run(EXAMPLE_REWARD, namespaces, ["4"], "4").scores == [1.0]
 
 
 @pytest.mark.parametrize("namespaces", MODES)

