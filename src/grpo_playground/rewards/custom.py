@@ -359,7 +359,8 @@ def _namespaces_work(drop_to_nobody: bool) -> bool:
 def _describe_isolation(limits: Limits, jailed: bool, drop_to_nobody: bool) -> str:
     parts = [f"separate process (python -I -S), wall {limits.wall_seconds:g} s, CPU {limits.cpu_seconds} s, "
              f"memory {limits.memory_mb} MB, no child processes, minimal environment, seccomp allow-list (no "
-             "mount, namespaces, ptrace, sockets, exec, setsid), the launcher held alike and non-dumpable"]
+             "mount, namespaces, ptrace, sockets, exec, setsid, signals to others), the launcher held alike and "
+             "non-dumpable"]
     if drop_to_nobody:
         parts.append(f"runs as uid {NOBODY}")
     if jailed:

@@ -25,8 +25,6 @@ MAX_ERROR_CHARS = 4000
 PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 4, 38, 22, 2
 BPF_LD_W_ABS, BPF_JEQ_K, BPF_RET_K = 0x20, 0x15, 0x06  # classic BPF opcodes (linux/bpf_common.h)
 SECCOMP_RET_ALLOW, SECCOMP_RET_EPERM = 0x7FFF0000, 0x00050000 | errno.EPERM
-
-
 LIBC = ctypes.CDLL(None, use_errno=True)
 
 
@@ -60,7 +58,8 @@ def confine(program: bytes, cpu_s: int, memory_mb: int, file_mb: int) -> None:
 def signals_to_itself_only(signal_nrs: list[int], pid: int) -> bytes:
     """A filter for the code's process: kill, tkill and tgkill (signal_nrs) may name only `pid` (their first
     argument, compared as a 64-bit word), so the code cannot signal its launcher, the app, or any other
-    process of its user (kill(-1) included). Any other call passes on to the app's filter."""
+    process of its user (kill(-1) included). Any other call passes on to the app's filter, which also kills
+    calls made through another ABI (their numbers differ): hence no architecture check here."""
     low, high = (16, 20) if sys.byteorder == "little" else (20, 16)  # seccomp_data.args[0]'s two halves
     n = len(signal_nrs)
     records = [(BPF_LD_W_ABS, 0, 0, 0)]  # seccomp_data.nr
