@@ -127,6 +127,15 @@ def test_oversized_or_malformed_input_is_refused_before_any_process_starts(code,
     assert expected in run_custom_reward(code, completions, "1").error
 
 
+@pytest.mark.parametrize("namespaces", MODES)
+def test_the_code_never_runs_when_its_filter_does_not_load(namespaces, monkeypatch):
+    # A program the kernel refuses (one record, no return): the launcher stops before it forks the code.
+    monkeypatch.setattr(custom.jail, "seccomp_program", lambda scratch_files: bytes(8))
+    result = run(reward_code("print('ran')"), namespaces)
+    assert result.scores is None and result.stdout == "", result.stdout
+    assert result.error == "could not confine the reward process: [Errno 22] cannot load a seccomp filter"
+
+
 def test_limits_cap_the_wall_clock_at_two_seconds():
     with pytest.raises(ValueError, match="at most 2 s per group"):
         Limits(wall_seconds=3)

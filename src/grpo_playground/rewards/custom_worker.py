@@ -112,6 +112,12 @@ def reply(result_fd: int, data: dict) -> None:
         f.write(json.dumps(data).encode())
 
 
+def give_up(result_fd: int, exc: OSError) -> None:
+    """A layer failed to load: the code must not run without it."""
+    reply(result_fd, {"error": f"could not confine the reward process: {exc}"})
+    os._exit(1)
+
+
 def main() -> None:
     result_fd, cpu_s, memory_mb, file_mb = (int(a) for a in (sys.argv[1], *sys.argv[4:7]))
     program, signal_nrs = bytes.fromhex(sys.argv[2]), [int(n) for n in sys.argv[3].split(",")]
@@ -120,8 +126,7 @@ def main() -> None:
     try:
         confine(program, cpu_s, memory_mb, file_mb)
     except OSError as exc:
-        reply(result_fd, {"error": f"could not confine the reward process: {exc}"})
-        os._exit(1)
+        give_up(result_fd, exc)
     # An intermediate launcher: the user's code runs in a child, so its parent is this process, not the app.
     pid = os.fork()
     resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))  # from here on neither side forks: no fork bomb
@@ -133,6 +138,9 @@ def main() -> None:
     sys.stdout.reconfigure(line_buffering=True)  # prints made before a timeout still reach the app
     try:
         load_filter(signals_to_itself_only(signal_nrs, os.getpid()))
+    except OSError as exc:
+        give_up(result_fd, exc)
+    try:
         data = score(request)
     except MemoryError:
         data = {"error": f"memory limit exceeded ({memory_mb} MB).", "memory_exceeded": True}
