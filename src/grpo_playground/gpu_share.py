@@ -75,9 +75,9 @@ def check_training_fits(need: int, what: str, gpu: GpuMemory, chats: list[dict])
     runs out of memory is diagnosed by the doctor as before."""
     if not chats or need <= gpu.free - MARGIN_BYTES:
         return
-    raise GpuBusy(f"{what} needs about {gib(need)} more GPU memory and {gib(gpu.free)} is free: the chat servers "
-                  f"hold {gib(sum(int(c.get('bytes', 0)) for c in chats))} ({_holders_text(chats)}); stop them in "
-                  "the Chat tab ('Restart backends', owner token) and start the job again")
+    raise GpuBusy(f"{what} needs about {gib(need)} more GPU memory and {gib(gpu.free)} is free: stop the chat "
+                  f"servers ({_holders_text(chats)}) in the Chat tab ('Restart backends', owner token), then start "
+                  "the job again")
 
 
 def training_need_bytes(engine: int, shape: dict, vocab: int, rows: int, tokens: int, weights_loaded: bool) -> int:
@@ -98,8 +98,7 @@ def claim_for_training(fixed_share: float | None, share_for, shape: dict, vocab:
     share = fixed_share if fixed_share is not None else share_for(gpu.total)
     chats = holders(CHAT)
     need = training_need_bytes(int(share * gpu.total), shape, vocab, rows, tokens, weights_loaded)
-    check_training_fits(need, f"{what} (its vLLM engine reserves gpu_memory_utilization {share} = "
-                        f"{gib(share * gpu.total)}, model.gpu_memory_utilization)", gpu, chats)
+    check_training_fits(need, f"{what} (vLLM share {share})", gpu, chats)
     held = max(0, gpu.total - gpu.free - sum(int(c.get("bytes", 0)) for c in chats))
     record(JOB, os.getpid(), what, held + need)
     return share

@@ -35,6 +35,7 @@ class ServerPool:
         self._used: dict[tuple, float] = {}
         self._loras: dict[tuple, dict[str, str]] = {}  # vLLM: adapter name -> path, per server
         self._reserved: dict[tuple, int] = {}  # vLLM: GPU bytes the server was sized to hold
+        self._labels: dict[tuple, str] = {}  # what the Chat tab calls each server's checkpoint
         self._lock = threading.Lock()
 
     @staticmethod
@@ -43,7 +44,8 @@ class ServerPool:
         return (target.backend, target.model, target.lora) if target.backend == LLAMA_CPP else (target.backend, target.model)
 
     def _refuse(self, target: ChatTarget, doing: str) -> NeedsOwner:
-        running = [Path(key[1]).name for key, s in self._servers.items() if s.state() == "running"]
+        running = [self._labels.get(key) or Path(key[1]).name for key, s in self._servers.items()
+                   if s.state() == "running"]
         return NeedsOwner(f"{doing} for {target.label or target.model} needs the owner token: visitors chat only "
                           "with the servers already running (" + (", ".join(running) or "none now") + ") and the "
                           "owner's default checkpoint. Type the owner token in the 'Owner token' box to load it.")
@@ -69,7 +71,7 @@ class ServerPool:
                     raise self._refuse(target, f"Stopping one of the {len(self._servers)} running servers to start one")
                 self._evict()
                 server = self._new_server(target)
-                self._servers[key] = server
+                self._servers[key], self._labels[key] = server, target.label
             self._used[key] = time.monotonic()
         server.start()
         if key in self._reserved and server.process is not None:
@@ -129,6 +131,7 @@ class ServerPool:
         self._used.pop(key, None)
         self._loras.pop(key, None)
         self._reserved.pop(key, None)
+        self._labels.pop(key, None)
         if server is not None:
             if server.process is not None:
                 gpu_share.forget(gpu_share.CHAT, server.process.pid)
