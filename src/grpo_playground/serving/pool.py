@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from grpo_playground import gpu_share
-from grpo_playground.serving.backends import LLAMA_CPP, VLLM, base_config, chat_need_bytes, llamacpp_server, vllm_server
+from grpo_playground.serving.backends import LLAMA_CPP, base_config, chat_need_bytes, llamacpp_server, vllm_server
 from grpo_playground.serving.client import load_lora, warm_up
 from grpo_playground.serving.process import ManagedServer
 from grpo_playground.serving.targets import ChatTarget
