@@ -125,3 +125,18 @@ def test_the_training_job_checks_and_records_its_need_before_its_vllm_engine_sta
     with pytest.raises(GpuBusy, match=r"vLLM chat server of qwen3-8b \(pid \d+, 130.0 GiB\)"):
         vllm_memory_share(cfg, read_config("assets/tiny"))
     assert gpu_share.holders(gpu_share.JOB) == []
+
+
+@pytest.mark.skipif(__import__("grpo_playground.serving.backends", fromlist=["x"]).nvidia_gpu_present(),
+                    reason="this machine has a GPU: the proof would really run")
+def test_the_gpu_sharing_proof_records_why_it_cannot_run_here(tmp_path):
+    import json
+
+    from benchmarks import gpu_share_proof
+
+    out = tmp_path / "gpu_share.json"
+    code = gpu_share_proof.main(["chat-then-job", "--out", str(out), "--work", str(tmp_path / "work"),
+                                 "--cache", str(tmp_path / "cache")])
+    report = json.loads(out.read_text())
+    assert code == 1 and "vLLM backend cannot run here" in report["error"]
+    assert report["scenario"] == "chat-then-job" and "smi_before" in report and out.with_suffix(".logs").is_dir()
