@@ -3,7 +3,8 @@
 #   bash benchmarks/device_run.sh STEP [STEP...]
 # Steps: env; speed-base and speed (the GPU speed issue's suites, started in the background with setsid: they outlive
 # the call and run one after the other); vllm-smoke; wait-speed (follows the speed suite until done or WAIT_S);
-# serve and eval-speed (the vLLM chat proof and eval timing); report; seed-sft and seed-regime (issue 13's
+# serve and eval-speed (the vLLM chat proof and eval timing); share-job-chat and share-chat-job (a chat server and
+# a training job on one GPU); report; seed-sft and seed-regime (issue 13's
 # experiment, in the background) and wait-seed (follows it until done or WAIT_S); space-e2e (the app itself through its
 # API, benchmarks/space_e2e.py, in the background) and wait-e2e (follows it until done or WAIT_S). Results go under /tmp/bench (kept while the
 # machine stays warm); each call packs every log and result so far (no weights) into $OUT/bench_<time>.tgz and prints
@@ -42,7 +43,11 @@ for p in ('transformers','trl','peft','accelerate','datasets','bitsandbytes','un
       end=$(( $(date +%s) + ${WAIT_S:-500} ))
       while [ ! -f $W/speed.done ] && [ $(date +%s) -lt $end ]; do progress; sleep 20; done
       [ -f $W/speed.done ] && { echo "speed suite done: $(cat $W/speed.done)"; tail -3 $W/speed.log; } ;;
-    serve) timeout 280 python3 -m benchmarks.vllm_chat_proof ${SERVE_ARGS:-} > $W/vllm_chat.log 2>&1; tail -25 $W/vllm_chat.log ;;
+    serve) timeout ${SERVE_S:-420} python3 -m benchmarks.vllm_chat_proof ${SERVE_ARGS:-} > $W/vllm_chat.log 2>&1; tail -25 $W/vllm_chat.log ;;
+    share-job-chat|share-chat-job)  # benchmarks.gpu_share_proof: a chat server and a training job on one GPU
+      scenario=$([ $step = share-job-chat ] && echo job-then-chat || echo chat-then-job)
+      timeout ${SHARE_S:-540} python3 -m benchmarks.gpu_share_proof $scenario --out $W/gpu_share_$scenario.json \
+        > $W/gpu_share_$scenario.log 2>&1; tail -30 $W/gpu_share_$scenario.log ;;
     eval-speed) timeout 280 python3 -m benchmarks.eval_speed ${EVAL_ARGS:-} > $W/eval_speed.log 2>&1; tail -10 $W/eval_speed.log ;;
     report) $B report $W/speed --out $W/grpo_step.json && cp $W/grpo_step.json $OUT/ ;;
     # seed-sft: the data and sft-W alone (TRL and SmolLM2 suffice: it can run while the vLLM parts still travel);
