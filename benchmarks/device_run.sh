@@ -59,6 +59,18 @@ for p in ('transformers','trl','peft','accelerate','datasets','bitsandbytes','un
       $SEED --eval-backend \$EB" ;;
     space-e2e) background space-e2e "env -u GRPO_PLAYGROUND_CACHE python3 -m benchmarks.space_e2e --gpu \
       --recipe recipes/smollm2.yaml ${E2E_ARGS:-} --data-root $W/space_data --out $W/space_e2e.json --logs $W/space_e2e" ;;
+    gpu-proofs)  # issue 23 in one background chain: the vLLM chat proof alone on the GPU, then the Space end to end
+      background gpu-proofs "timeout ${SERVE_S:-420} python3 -m benchmarks.vllm_chat_proof --out $W/vllm_chat.json \
+        > $W/vllm_chat.log 2>&1; echo chat-proof exit \$?; env -u GRPO_PLAYGROUND_CACHE python3 -m benchmarks.space_e2e \
+        --gpu --recipe recipes/smollm2.yaml ${E2E_ARGS:-} --data-root $W/space_data --out $W/space_e2e.json \
+        --logs $W/space_e2e > $W/space-e2e.log 2>&1; echo e2e exit \$?" ;;
+    wait-proofs)
+      end=$(( $(date +%s) + ${WAIT_S:-500} ))
+      while [ ! -f $W/gpu-proofs.done ] && [ $(date +%s) -lt $end ]; do
+        echo "$(date +%H:%M:%S) chat proof: $(tail -1 $W/vllm_chat.log 2>/dev/null | cut -c1-150) | e2e: $(grep '^\[e2e\]' $W/space-e2e.log 2>/dev/null | tail -1 | cut -c1-200)"
+        sleep 20
+      done
+      cat $W/gpu-proofs.log; tail -30 $W/vllm_chat.log; grep '^\[e2e\]' $W/space-e2e.log | cut -c1-400 ;;
     wait-e2e)
       end=$(( $(date +%s) + ${WAIT_S:-500} ))
       while [ ! -f $W/space-e2e.done ] && [ $(date +%s) -lt $end ]; do

@@ -175,8 +175,8 @@ def chat_once(client, token: str, keys: list[str], max_tokens: int) -> dict:
     """One question to up to three checkpoints through /chat (streamed); seconds to the first reply text and in all."""
     began = time.monotonic()
     first = None
-    job = client.submit(QUESTION, GOLD, *(keys + ["", "", ""])[:3], 0.0, 1.0, max_tokens, "", 
-                        ["match_format_approximately", "check_answer", "check_numbers"], api_name="/chat")
+    job = client.submit(QUESTION, GOLD, *(keys + ["", "", ""])[:3], 0.0, 1.0, max_tokens, "",
+                        ["match_format_approximately", "check_answer", "check_numbers"], token, api_name="/chat")
     last = None
     for update in job:
         last = update
@@ -291,6 +291,26 @@ def _drive(rec: Recorder, app: App, token: str, ctx: dict, args, skip: set[str],
 
     rec.step("stop_resume", "/stop, /status until stopped, /resume", stop_resume, "follow_to_grpo")
 
+    if args.gpu and "chat" not in skip:
+        def chat_beside_training():
+            """One GPU shared: a vLLM chat server asked for while the resumed run trains fits beside it, or is
+            refused with a message naming what to stop; the run goes on either way."""
+            targets = client.predict(api_name="/chat_targets")
+            base = [t["key"] for t in targets if t["backend"] == "vllm" and not t.get("lora") and "smollm2" in t["label"].lower()]
+            if not base:
+                raise StepFailed(f"no vLLM entry of the base model: {targets}")
+            before = status()["state"]
+            try:
+                reply = chat_once(client, token, base[:1], 128)
+            except Exception as error:  # noqa: BLE001 - a refusal is a valid outcome when it says what to stop
+                reply = {"refused": str(error)[:1500]}
+                if "stop" not in reply["refused"].lower():
+                    raise
+            return {"run_state_when_asked": before, "run_state_after": status()["state"], **reply}
+
+        rec.step("chat_beside_training", "/chat_targets, /chat (vLLM, the base) while the run trains",
+                 chat_beside_training, "stop_resume")
+
     def finish():
         info = wait_for("the run finished", status, lambda s: s["state"] in FINAL_STATES and s["state"] != "stopped"
                         or s["state"] == "failed", args.timeout, every_s=3)
@@ -320,16 +340,17 @@ def _drive(rec: Recorder, app: App, token: str, ctx: dict, args, skip: set[str],
 
         rec.step("export", "/export (run id, [q8_0], token), /status until its export finished", export, "train_finish")
 
-    def chat_keys() -> list[str]:
+    def chat_keys(gguf: bool = not args.gpu) -> list[str]:
+        """The run's GRPO checkpoint as /chat_targets lists it: its exported GGUF (llama.cpp) or base + LoRA (vLLM)."""
         targets = client.predict(api_name="/chat_targets")
         run = ctx["run"]
-        if args.gpu:
+        if gguf:
+            mine = [t["key"] for t in targets if t["backend"] != "vllm" and run in t["model"] and "grpo" in t["model"]]
+        else:
             mine = [t["key"] for t in targets if t["backend"] == "vllm" and t.get("lora") and run in t["lora"]
                     and "grpo" in t["lora"]]
-        else:
-            mine = [t["key"] for t in targets if t["backend"] != "vllm" and run in t["model"] and "grpo" in t["model"]]
         if not mine:
-            raise StepFailed(f"/chat_targets lists no {'vLLM' if args.gpu else 'GGUF'} entry of run {run}: {targets}")
+            raise StepFailed(f"/chat_targets lists no {'GGUF' if gguf else 'vLLM'} entry of run {run}: {targets}")
         return mine[:1]
 
     if "chat" not in skip:
@@ -337,6 +358,9 @@ def _drive(rec: Recorder, app: App, token: str, ctx: dict, args, skip: set[str],
                  lambda: chat_once(client, token, chat_keys(), 256), "train_finish")
         rec.step("chat_again", "/chat, the server already running", lambda: chat_once(client, token, chat_keys(), 256),
                  "chat")
+        if args.gpu:  # the exported GGUF through llama.cpp too, where the machine has it
+            rec.step("chat_gguf", "/chat with the run's exported GGUF (llama.cpp)",
+                     lambda: chat_once(client, token, chat_keys(gguf=True), 256), "export")
     if "restart" not in skip and "chat" not in skip:
         rec.step("app_restart", "SIGTERM, bash scripts/start.sh on the same data root",
                  lambda: {**app.stop(), **app.start()}, "chat")
@@ -357,7 +381,7 @@ def _drive(rec: Recorder, app: App, token: str, ctx: dict, args, skip: set[str],
                 base = next(v for label, v in choices if label == yaml.safe_load(args.recipe.read_text())["model"]["name_or_path"])
                 picked = [base] + values
                 began = time.monotonic()
-                client.predict(picked, "generator:test", args.eval_n, 64 if args.gpu else 16, 256, backend, token,
+                client.predict(picked, "generator:test", args.eval_n, 128 if args.gpu else 16, 256, backend, token,
                                api_name="/eval_start")
                 state = wait_for(f"the {backend} evaluation", lambda: client.predict(api_name="/eval_status"),
                                  lambda s: s["state"] != "running", args.timeout, 3)
