@@ -168,11 +168,35 @@ def test_discovery_finds_exports_and_run_adapters(tmp_path, monkeypatch):
     by_label = {t.label: t for t in targets}
     assert len(by_label) == len(targets)
     assert "llama.cpp · smollm2-135m" in by_label
-    assert by_label["llama.cpp · exports/tiny/tiny.q8_0.gguf"].lora is None
-    paired = by_label["llama.cpp · runs/r1/export/grpo/r1-grpo.lora.gguf (base f16 + GGUF LoRA)"]
+    assert by_label["llama.cpp · tiny · q8_0"].lora is None
+    paired = by_label["llama.cpp · r1 · grpo · f16 + GGUF LoRA"]
     assert paired.model.endswith("r1-grpo.base.f16.gguf") and paired.lora.endswith("r1-grpo.lora.gguf")
-    adapter = next(t for t in targets if t.backend == VLLM and t.lora)
+    assert by_label["llama.cpp · r1 · grpo · q4_k_m"].model.endswith("r1-grpo.q4_k_m.gguf")
+    adapter = by_label["vLLM · r1 · grpo · LoRA on Qwen3-0.6B"]
     assert adapter.model == "Qwen/Qwen3-0.6B" and adapter.lora == str(runs / "r1" / "grpo")
+
+
+def test_chat_labels_name_the_run_stage_and_quantization_up_front(tmp_path, monkeypatch):
+    """Issue 22 item 6: entries were long relative paths cut in the dropdown, so f16 and q4_k_m looked alike."""
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(runs))
+    monkeypatch.setenv("GRPO_PLAYGROUND_EXPORTS_DIR", str(tmp_path / "exports"))
+    run = runs / "20261201-093012-quick-ab12"
+    (run / "export" / "grpo").mkdir(parents=True)
+    for quant in ("f16", "q4_k_m"):
+        (run / "export" / "grpo" / f"quick-grpo.{quant}.gguf").write_bytes(b"GGUF")
+    lora_dir(run / "sft", 8)
+    for folder in ("a", "b"):  # the same file name in two export folders
+        (tmp_path / "exports" / folder).mkdir(parents=True)
+        (tmp_path / "exports" / folder / "m.q8_0.gguf").write_bytes(b"GGUF")
+    labels = [t.label for t in discover_targets()]
+    assert "llama.cpp · quick · grpo · f16 (12-01 09:30)" in labels
+    assert "llama.cpp · quick · grpo · q4_k_m (12-01 09:30)" in labels
+    assert "vLLM · quick · sft · LoRA on Qwen3-0.6B (12-01 09:30)" in labels
+    # what a ~30-character dropdown shows still tells the two quantizations apart
+    assert len({label[:34] for label in labels if "quick · grpo" in label}) == 2
+    twins = sorted(label for label in labels if label.startswith("llama.cpp · m · q8_0"))
+    assert twins == [f"llama.cpp · m · q8_0 [{tmp_path / 'exports' / f / 'm.q8_0.gguf'}]" for f in ("a", "b")]
 
 
 @pytest.mark.slow
