@@ -376,7 +376,8 @@ def test_vllm_chat_server_is_shaped_for_chat_and_caches_its_compilation_on_the_d
     monkeypatch.setattr(backends, "vllm_unavailable_reason", lambda: None)
     monkeypatch.setattr(backends, "vllm_has_engine_arg", lambda name: False)  # a vLLM without --stream-interval
     server = backends.vllm_server("assets/tiny", {"sft": tmp_path / "sft"}, gpu_memory_utilization=0.07)
-    assert server.warm_up is not None and server.stages == backends.VLLM_STAGES
+    assert server.stages == backends.VLLM_STAGES
+    assert ServerPool()._new_server(ChatTarget(VLLM, "assets/tiny", str(tmp_path / "sft"))).warm_up is not None
     assert "--stream-interval" not in server.command
     assert server.command[server.command.index("--max-model-len") + 1] == "1024"  # the tiny model's own length
     assert server.command[server.command.index("--gpu-memory-utilization") + 1] == "0.07"
