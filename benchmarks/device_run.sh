@@ -5,7 +5,8 @@
 # the call and run one after the other); vllm-smoke; wait-speed (follows the speed suite until done or WAIT_S);
 # serve and eval-speed (the vLLM chat proof and eval timing); share-job-chat and share-chat-job (a chat server and
 # a training job on one GPU); report; seed-sft and seed-regime (issue 13's
-# experiment, in the background) and wait-seed (follows it until done or WAIT_S). Results go under /tmp/bench (kept while the
+# experiment, in the background) and wait-seed (follows it until done or WAIT_S); space-e2e (the app itself through its
+# API, benchmarks/space_e2e.py, in the background) and wait-e2e (follows it until done or WAIT_S). Results go under /tmp/bench (kept while the
 # machine stays warm); each call packs every log and result so far (no weights) into $OUT/bench_<time>.tgz and prints
 # the table of every run last.
 set -uo pipefail
@@ -56,6 +57,14 @@ for p in ('transformers','trl','peft','accelerate','datasets','bitsandbytes','un
     seed-regime) background seed-regime "while [ -f $W/seed-sft.log ] && [ ! -f $W/seed-sft.done ]; do sleep 2; done; \
       ${BEFORE_SEED:-true}; EB=\$(ls $W/eval_speed*.vllm.json >/dev/null 2>&1 && echo vllm || echo transformers); \
       $SEED --eval-backend \$EB" ;;
+    space-e2e) background space-e2e "env -u GRPO_PLAYGROUND_CACHE python3 -m benchmarks.space_e2e --gpu \
+      --recipe recipes/smollm2.yaml ${E2E_ARGS:-} --data-root $W/space_data --out $W/space_e2e.json --logs $W/space_e2e" ;;
+    wait-e2e)
+      end=$(( $(date +%s) + ${WAIT_S:-500} ))
+      while [ ! -f $W/space-e2e.done ] && [ $(date +%s) -lt $end ]; do
+        echo "$(date +%H:%M:%S) $(grep '^\[e2e\]' $W/space-e2e.log | tail -1 | cut -c1-220)"; sleep 15
+      done
+      grep '^\[e2e\]' $W/space-e2e.log | cut -c1-400; [ -f $W/space-e2e.done ] && cat $W/space-e2e.done ;;
     wait-seed)  # follows the seed-regime job until done or WAIT_S
       end=$(( $(date +%s) + ${WAIT_S:-500} ))
       while [ ! -f $W/seed-regime.done ] && [ $(date +%s) -lt $end ]; do
@@ -66,7 +75,7 @@ for p in ('transformers','trl','peft','accelerate','datasets','bitsandbytes','un
   esac
 done
 # pack every log and result so far (no weights, no checkpoints) and show every run
-tar czf $OUT/bench_$(date +%H%M%S).tgz -C $W --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' \
+tar czf $OUT/bench_$(date +%H%M%S).tgz -C $W --exclude='*.safetensors' --exclude=space_data/hf --exclude='*.parquet' --exclude='*.bin' --exclude='*.pt' \
   --exclude='*.pth' --exclude=checkpoints --exclude=models --exclude='*.gguf' --exclude=tokenizer.json --exclude=vocab.json \
   --exclude=merges.txt --exclude='unsloth_compiled*' . 2>/dev/null
 $B table $W/speed > $W/table.md 2>/dev/null; cat $W/table.md

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import httpx
 
 from grpo_playground.child_process import env_without_secrets
+from grpo_playground.contracts.process import log_tail
 
 LOG_TAIL_LINES = 25
 STAGE_SCAN_BYTES = 64_000  # where a starting server's log is searched for its stage
@@ -31,15 +32,6 @@ class BackendUnavailable(RuntimeError):
 
 class ServerFailed(RuntimeError):
     """The server process exited or never became healthy; the message carries its log tail."""
-
-
-def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(max(0, os.path.getsize(path) - 16_000))
-            return "\n".join(handle.read().decode("utf-8", "replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 def log_stage(path: Path, stages: tuple[tuple[str, str], ...]) -> str | None:
@@ -140,10 +132,13 @@ class ManagedServer:
                 return
             time.sleep(0.3)
         raise ServerFailed(f"{self.backend} server did not answer {self.health_path} within "
-                           f"{self.startup_timeout_s:.0f} s; log tail:\n{log_tail(self.log_file)}")
+                           f"{self.startup_timeout_s:.0f} s; log tail:\n{self.log_tail()}")
+
+    def log_tail(self) -> str:
+        return log_tail(self.log_file, lines=LOG_TAIL_LINES)
 
     def failure_message(self) -> str:
-        return f"{self.backend} server {self.state()}; log tail ({self.log_file}):\n{log_tail(self.log_file)}"
+        return f"{self.backend} server {self.state()}; log tail ({self.log_file}):\n{self.log_tail()}"
 
     def stop(self) -> None:
         with self._lock:

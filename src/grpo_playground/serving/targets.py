@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from grpo_playground.run_layout import ADAPTER_CONFIG, EXPORT_DIR, exports_dir, runs_dir
+from grpo_playground.run_layout import ADAPTER_CONFIG, EXPORT_DIR, LORA_GGUF_SUFFIX, base_gguf_of, exports_dir, runs_dir
 from grpo_playground.serving.backends import LLAMA_CPP, VLLM
 
 MAX_FILES = 500  # a bound on the scan, so a huge folder cannot stall the UI
@@ -73,8 +73,8 @@ def _gguf_targets(folder: Path, in_runs: bool) -> list[ChatTarget]:
     for i, path in enumerate(sorted(folder.rglob("*.gguf"))):
         if i >= MAX_FILES:
             break
-        if path.name.endswith(".lora.gguf"):
-            base = path.with_name(path.name.replace(".lora.gguf", ".base.f16.gguf"))
+        if path.name.endswith(LORA_GGUF_SUFFIX):
+            base = path.with_name(base_gguf_of(path.name))
             if base.is_file():
                 found.append(ChatTarget(LLAMA_CPP, str(base), str(path), _gguf_label(path, folder, in_runs)))
             continue

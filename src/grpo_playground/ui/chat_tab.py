@@ -78,6 +78,12 @@ def target_choices() -> list[tuple[str, str]]:
     return [NONE_CHOICE] + [(t.label, t.key) for t in runnable_targets()]
 
 
+def api_targets() -> list[dict]:
+    """The checkpoints this machine can chat with, as the pickers list them (API /chat_targets)."""
+    return [{"key": t.key, "label": t.label, "backend": t.backend, "model": t.model, "lora": t.lora}
+            for t in runnable_targets()]
+
+
 def checkpoint_settings(target) -> tuple[Tags, dict[str, float]]:
     """The tags and reward weights a chat target was trained with: its run's recipe, else the defaults."""
     run = run_of(target.lora or target.model)
@@ -360,6 +366,7 @@ def create_chat_tab() -> dict:
 
     inputs = [question, gold, *pickers, temperature, top_p, max_tokens, system, rewards, owner_token, state]
     outputs = [*chatbots, scores, notes, state]
+    gr.api(api_targets, api_name="chat_targets")
     send.click(chat, inputs, outputs, api_name="chat", concurrency_limit=SLOTS, concurrency_id="chat")
     question.submit(chat, inputs, outputs, api_name=False, concurrency_id="chat")
     clear.click(lambda: ([], [], [], "", "", None), None, outputs, api_name=False)
