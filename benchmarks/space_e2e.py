@@ -175,8 +175,9 @@ def chat_once(client, token: str, keys: list[str], max_tokens: int) -> dict:
     """One question to up to three checkpoints through /chat (streamed); seconds to the first reply text and in all."""
     began = time.monotonic()
     first = None
-    job = client.submit(QUESTION, GOLD, *(keys + ["", "", ""])[:3], 0.0, 1.0, max_tokens, "", 
-                        ["match_format_approximately", "check_answer", "check_numbers"], api_name="/chat")
+    job = client.submit(QUESTION, GOLD, *(keys + ["", "", ""])[:3], 0.0, 1.0, max_tokens, "",
+                        ["match_format_approximately", "check_answer", "check_numbers"], token,  # starts the server
+                        api_name="/chat")
     last = None
     for update in job:
         last = update
