@@ -279,3 +279,24 @@ def test_a_visitor_chats_only_with_running_servers_and_the_owners_default(tmp_pa
         assert len(pool.describe()) == 1
     finally:
         pool.stop_all()
+
+
+def test_the_owners_default_starts_with_the_app_and_a_visitor_is_answered_by_it(monkeypatch):
+    """On a restarted Space the default checkpoint's server starts as the app builds its Chat tab, so the first
+    question finds it up (issue 23 item 2: Send to first token on a restart)."""
+    from grpo_playground.jobs.control import OWNER_TOKEN_ENV
+    from grpo_playground.ui import chat_tab
+
+    monkeypatch.setenv(OWNER_TOKEN_ENV, "owner-secret")
+    POOL.stop_all()
+    assert chat_tab.prestart_default() is None  # no default chosen: nothing starts
+    monkeypatch.setenv(chat_tab.CHAT_DEFAULT_ENV, "llama.cpp · smollm2-135m")  # its label, as the owner sees it
+    try:
+        chat_tab.prestart_default().join(120)
+        (server,) = POOL.describe()
+        assert server["state"] == "running" and server["phase"] == "ready"
+        final = list(chat_tab.chat("Hi", "", SMOLLM2_KEY, "", "", 0.0, 0.95, 2, "Answer briefly.", [], "", None))[-1]
+        assert text_of(final[0][-1]).strip() and final[4] == ""
+        assert [s["pid"] for s in POOL.describe()] == [server["pid"]]  # the visitor used it, started nothing
+    finally:
+        POOL.stop_all()

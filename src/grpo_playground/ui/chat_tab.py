@@ -192,6 +192,25 @@ def owner_default(targets: dict) -> str | None:
     return next((k for k, t in targets.items() if wanted and wanted in (k, t.label, t.model)), None)
 
 
+def prestart_default() -> threading.Thread | None:
+    """Start the owner's default checkpoint's server in the background as the app starts, so that on a restarted
+    Space it is up (its compile cache is on the data root) before the first question; None without a default."""
+    runnable = {t.key: t for t in runnable_targets()}
+    key = owner_default(runnable)
+    if key is None:
+        return None
+    thread = threading.Thread(target=_prestart, args=(runnable[key],), daemon=True, name="chat-prestart")
+    thread.start()
+    return thread
+
+
+def _prestart(target) -> None:
+    try:
+        POOL.server_for(target)
+    except (BackendUnavailable, ServerFailed, GpuBusy, ChatError, FileNotFoundError, ValueError) as error:
+        print(f"[chat] the default checkpoint {target.label} did not start: {error}", flush=True)
+
+
 def is_owner(token: str | None) -> bool:
     try:
         check_owner(token, "loading a model")
@@ -319,7 +338,9 @@ def restart_backends(model_1: str, model_2: str, model_3: str, token: str = "") 
 
 def create_chat_tab() -> dict:
     choices = target_choices()
-    default = choices[1][1] if len(choices) > 1 else ""
+    # the owner's default first (its server starts with the app), else the first entry
+    default = owner_default({t.key: t for t in runnable_targets()}) or (choices[1][1] if len(choices) > 1 else "")
+    prestart_default()
     gr.Markdown(
         "Ask the same question to up to three checkpoints (e.g. base, SFT, GRPO). GGUF files chat through "
         "llama.cpp (export a run with `python -m pipelines.export --run RUN_DIR --gguf q4_k_m`); LoRA runs "
