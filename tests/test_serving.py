@@ -357,7 +357,8 @@ def test_vllm_chat_server_is_shaped_for_chat_and_caches_its_compilation_on_the_d
     from grpo_playground.serving import backends
 
     monkeypatch.setenv("GRPO_PLAYGROUND_CACHE", str(tmp_path / "data" / "cache"))  # what start.sh sets on a Space
-    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
+    for name in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR"):  # (torch sets the latter once it has compiled)
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "mine"))  # a variable already set is kept
     env = backends.vllm_env()
     assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "data" / "cache" / "compile" / "vllm")
