@@ -186,6 +186,10 @@ def test_chat_labels_name_the_run_stage_and_quantization_up_front(tmp_path, monk
     for quant in ("f16", "q4_k_m"):
         (run / "export" / "grpo" / f"quick-grpo.{quant}.gguf").write_bytes(b"GGUF")
     lora_dir(run / "sft", 8)
+    lora_dir(run / "grpo", 8)  # on a GGUF model's converted folder (models.loading's cache)
+    config = json.loads((run / "grpo" / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = "/data/cache/models/smollm2-135m-449235ffa596"
+    (run / "grpo" / "adapter_config.json").write_text(json.dumps(config))
     for folder in ("a", "b"):  # the same file name in two export folders
         (tmp_path / "exports" / folder).mkdir(parents=True)
         (tmp_path / "exports" / folder / "m.q8_0.gguf").write_bytes(b"GGUF")
@@ -193,6 +197,7 @@ def test_chat_labels_name_the_run_stage_and_quantization_up_front(tmp_path, monk
     assert "llama.cpp · quick · grpo · f16 (12-01 09:30)" in labels
     assert "llama.cpp · quick · grpo · q4_k_m (12-01 09:30)" in labels
     assert "vLLM · quick · sft · LoRA on Qwen3-0.6B (12-01 09:30)" in labels
+    assert "vLLM · quick · grpo · LoRA on smollm2-135m (12-01 09:30)" in labels
     # what a ~30-character dropdown shows still tells the two quantizations apart
     assert len({label[:34] for label in labels if "quick · grpo" in label}) == 2
     twins = sorted(label for label in labels if label.startswith("llama.cpp · m · q8_0"))

@@ -13,6 +13,7 @@ from grpo_playground.run_layout import ADAPTER_CONFIG, EXPORT_DIR, LORA_GGUF_SUF
 from grpo_playground.serving.backends import LLAMA_CPP, VLLM
 
 MAX_FILES = 500  # a bound on the scan, so a huge folder cannot stall the UI
+CONVERTED_KEY = re.compile(r"-[0-9a-f]{12}$")  # models.loading's converted folders: NAME-<12 hex digits>
 RUN_ID_PARTS = re.compile(r"^\d{4}(\d{2})(\d{2})-(\d{2})(\d{2})\d{2}-(.+)-[0-9a-f]{4}$")  # run_layout.new_run_id's
 
 
@@ -91,8 +92,9 @@ def _adapter_targets(runs: Path) -> list[ChatTarget]:
             continue  # a half-written adapter: skip until the stage finishes
         if base:
             name, date = run_name(config.parent.parent.name)
+            base_name = CONVERTED_KEY.sub("", Path(base).name)  # a GGUF model's cache folder: its name, not its key
             found.append(ChatTarget(VLLM, base, str(config.parent),
-                                    _label("vLLM", name, config.parent.name, f"LoRA on {Path(base).name}", date=date)))
+                                    _label("vLLM", name, config.parent.name, f"LoRA on {base_name}", date=date)))
     return found
 
 
