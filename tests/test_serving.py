@@ -199,7 +199,7 @@ def test_chat_labels_name_the_run_stage_and_quantization_up_front(tmp_path, monk
     assert "vLLM · quick · sft · LoRA on Qwen3-0.6B (12-01 09:30)" in labels
     assert "vLLM · quick · grpo · LoRA on smollm2-135m (12-01 09:30)" in labels
     # what a ~30-character dropdown shows still tells the two quantizations apart
-    assert len({label[:34] for label in labels if "quick · grpo" in label}) == 2
+    assert len({label[:34] for label in labels if label.startswith("llama.cpp · quick · grpo")}) == 2
     twins = sorted(label for label in labels if label.startswith("llama.cpp · m · q8_0"))
     assert twins == [f"llama.cpp · m · q8_0 [{tmp_path / 'exports' / f / 'm.q8_0.gguf'}]" for f in ("a", "b")]
 
