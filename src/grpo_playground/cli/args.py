@@ -32,6 +32,7 @@ def option(default=MISSING, *, help: str, flag: str | None = None, choices=None,
 @dataclass(frozen=True)
 class CliArgs:
     MODULE: ClassVar[str]  # what `python -m` runs
+    COMMAND: ClassVar[str | None] = None  # its `grpo-playground COMMAND` console command, when it has one
     DESCRIPTION: ClassVar[str]
 
     @classmethod
@@ -41,7 +42,8 @@ class CliArgs:
 
     @classmethod
     def parser(cls) -> argparse.ArgumentParser:
-        parser = argparse.ArgumentParser(prog=f"python -m {cls.MODULE}", description=cls.DESCRIPTION)
+        prog = f"grpo-playground {cls.COMMAND}" if cls.COMMAND else f"python -m {cls.MODULE}"
+        parser = argparse.ArgumentParser(prog=prog, description=cls.DESCRIPTION)
         groups: dict[str, argparse._MutuallyExclusiveGroup] = {}
         for f, kind, flag in cls._options():
             meta = f.metadata
@@ -114,10 +116,11 @@ def _scalar(kind) -> type:
 
 @dataclass(frozen=True)
 class TrainArgs(CliArgs):
-    MODULE: ClassVar[str] = "pipelines.train"
+    MODULE: ClassVar[str] = "grpo_playground.cli.train"
+    COMMAND: ClassVar[str] = "train"
     DESCRIPTION: ClassVar[str] = "Train a run from a recipe: SFT then GRPO (or one stage), writing everything into the run's folder."
 
-    config: Path = option(help="recipe YAML (see recipes/)")
+    config: Path = option(help="recipe YAML, or the name of a shipped recipe (quick, tiny-cpu, ...)")
     run_dir: Path | None = option(None, help="use this run folder (required with --resume)")
     stage: str = option("all", choices=JOB_STAGES, help="the stages to run: all (SFT then GRPO), one of them, or "
                                                           "preflight (only the pre-flight report)")
@@ -129,7 +132,8 @@ class TrainArgs(CliArgs):
 
 @dataclass(frozen=True)
 class EvalArgs(CliArgs):
-    MODULE: ClassVar[str] = "pipelines.eval"
+    MODULE: ClassVar[str] = "grpo_playground.cli.eval"
+    COMMAND: ClassVar[str] = "eval"
     DESCRIPTION: ClassVar[str] = ("Evaluate a model on a data source: format rate, strict and lenient accuracy, "
                                   "length, re-check rate.")
 
@@ -148,7 +152,8 @@ class EvalArgs(CliArgs):
 
 @dataclass(frozen=True)
 class ExportArgs(CliArgs):
-    MODULE: ClassVar[str] = "pipelines.export"
+    MODULE: ClassVar[str] = "grpo_playground.cli.export"
+    COMMAND: ClassVar[str] = "export"
     DESCRIPTION: ClassVar[str] = "Export a trained run (or a plain model) to GGUF for llama.cpp / Ollama, fully offline."
 
     run: str | None = option(None, group="source", help="run folder with sft/ and grpo/ LoRA adapters")
