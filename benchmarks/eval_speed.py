@@ -32,7 +32,7 @@ BATCH = {"vllm": 512, "transformers": 128, "llama.cpp": 1}  # vLLM schedules its
 
 
 def eval_command(backend: str, model: str, n: int, max_new_tokens: int, out: Path, batch_size: int) -> list[str]:
-    return EvalArgs(model, "generator:test", n, batch_size, max_new_tokens, backend=backend, out=out).command()
+    return EvalArgs((model,), "generator:test", n, batch_size, max_new_tokens, backend=backend, out=(out,)).command()
 
 
 def last_progress(log: Path) -> dict | None:

@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 EVERY_FIELD_SET = [
     TrainArgs(Path("r.yaml"), run_dir=Path("runs/x y"), stage="grpo", resume=True, runs_dir=Path("/tmp/runs"),
               overrides=("grpo.max_steps=3", "rewards.weights={a: 1}")),
-    EvalArgs("runs/x/grpo", data="gsm8k:t.jsonl", n=7, batch_size=2, max_new_tokens=9, prefill=False,
-             enable_thinking=True, seed=3, backend="vllm", device="cpu", out=Path("o.json")),
+    EvalArgs(("runs/x/grpo", "tiny"), data="gsm8k:t.jsonl", n=7, batch_size=2, max_new_tokens=9, prefill=False,
+             enable_thinking=True, seed=3, backend="vllm", device="cpu", out=(Path("a.json"), Path("b.json"))),
     ExportArgs(run="runs/x", stage="sft", gguf=("f16", "q8_0"), lora_gguf=True, out="o", push_to_hub="me/r",
                no_verify=True, verify_tokens=5),
     CompareArgs(recipe=Path("r.yaml"), worked="openmath:w.parquet", answers="dapo:a.parquet", eval_data="gsm8k:e",
@@ -32,7 +32,7 @@ EVERY_FIELD_SET = [
                 max_rounds=6, preflight_prompts=7, eval_backend="vllm", control_lr=1e-5, only_sft_w=True,
                 work=Path("w"), out=Path("o"), overrides=("grpo.beta=0.1",)),
 ]
-REQUIRED_ONLY = [TrainArgs(Path("r.yaml")), EvalArgs("tiny"), ExportArgs(model="tiny"), CompareArgs()]
+REQUIRED_ONLY = [TrainArgs(Path("r.yaml")), EvalArgs(("tiny",)), ExportArgs(model="tiny"), CompareArgs()]
 
 
 @pytest.mark.parametrize("args", EVERY_FIELD_SET + REQUIRED_ONLY, ids=lambda a: f"{type(a).__name__}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -93,3 +94,28 @@ def test_a_supervisor_that_cannot_start_is_reported(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "executable", "/bin/false")
     with pytest.raises(RuntimeError, match="supervisor did not start"):
         start(tmp_path, [step("x", python("pass"))])
+
+
+def test_an_evaluation_step_of_several_checkpoints_reports_each_from_its_record(tmp_path, monkeypatch):
+    # a vLLM job evaluates base, SFT and GRPO in one step: done is a written result, the next one is running
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
+    from grpo_playground.jobs.evals import eval_job_state
+    from grpo_playground.jobs.record import write_record
+    from grpo_playground.run_layout import EVAL_JOB, evals_dir
+
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        outs = [evals_dir() / f"{name}.json" for name in ("base", "sft", "grpo")]
+        outs[0].write_text("{}")
+        items = [{"label": o.stem, "model": o.stem, "out": str(o), "step": 0} for o in outs]
+        record = {"kind": "eval", "steps": [step("all three", ["x"])], "pid": sleeper.pid, "state": "running",
+                  "meta": {"items": items}}
+        record["steps"][0]["state"] = "running"
+        write_record(evals_dir() / EVAL_JOB, record)
+        state = eval_job_state()
+        assert state["state"] == "running" and [i["state"] for i in state["items"]] == ["done", "running", "pending"]
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    state = eval_job_state()  # its supervisor is gone: what was not written failed
+    assert state["state"] == "failed" and [i["state"] for i in state["items"]] == ["done", "failed", "failed"]

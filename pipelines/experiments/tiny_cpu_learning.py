@@ -54,7 +54,7 @@ def evaluate(model: str, out: Path, n: int, max_new_tokens: int, data: str, seed
              backend: str = "transformers") -> dict:
     if not out.exists():
         batch = n if backend == "vllm" else 64  # vLLM schedules its own batches: give it every prompt at once
-        command = EvalArgs(model, data, n, batch, max_new_tokens, seed=seed, backend=backend, out=out).command()
+        command = EvalArgs((model,), data, n, batch, max_new_tokens, seed=seed, backend=backend, out=(out,)).command()
         run(command, out.with_suffix(".log"))
     return json.loads(out.read_text())
 

@@ -137,7 +137,9 @@ class EvalArgs(CliArgs):
     DESCRIPTION: ClassVar[str] = ("Evaluate a model on a data source: format rate, strict and lenient accuracy, "
                                   "length, re-check rate.")
 
-    model: str = option(help="registry name, local model folder, or run adapter folder")
+    model: tuple[str, ...] = option(many="append", help="registry name, local model folder, or run adapter folder; "
+                                    "repeat it to evaluate several in turn (with --backend vllm a base and its "
+                                    "adapters share one engine start)")
     data: str = option("generator:test", help="source spec (default generator:test)")
     n: int = option(100, help="number of examples (default 100)")
     batch_size: int = option(16, help="prompts generated together (default 16)")
@@ -147,7 +149,8 @@ class EvalArgs(CliArgs):
     seed: int = option(0, help="generator seed")
     backend: str = option("transformers", help="transformers, llama.cpp or vllm (default transformers)")
     device: str | None = option(None, help="cpu, cuda, ... (default: cuda when available)")
-    out: Path | None = option(None, help="write the full results (every completion) as JSON")
+    out: tuple[Path, ...] = option((), many="append", help="write the full results (every completion) as JSON; "
+                                                         "one per --model, in the same order")
 
 
 @dataclass(frozen=True)

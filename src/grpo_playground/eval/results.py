@@ -54,8 +54,11 @@ def checkpoint_label(model: str) -> str:
     return f"{path.parent.name}/{path.name}" if path.is_absolute() else model
 
 
-def eval_command(model: str, data: str, n: int, batch_size: int, max_new_tokens: int, out: Path) -> list[str]:
-    return EvalArgs(model, data, n, batch_size, max_new_tokens, out=Path(out)).command()
+def eval_command(models: list[str], data: str, n: int, batch_size: int, max_new_tokens: int, outs: list[Path],
+                 backend: str = "transformers") -> list[str]:
+    """One `pipelines.eval` process for `models` in turn, each written to its `outs` file."""
+    return EvalArgs(tuple(models), data, n, batch_size, max_new_tokens, backend=backend,
+                    out=tuple(Path(o) for o in outs)).command()
 
 
 def result_path(model: str) -> Path:

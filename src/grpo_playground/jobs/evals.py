@@ -35,26 +35,42 @@ def eval_job_state() -> dict:
     alive, state = job_running(record), job_state(record)
     if state == "failed" and record.get("ended"):
         state = "finished"  # it ran to its end: its items say which checkpoints failed
-    open_steps = (StepState.PENDING, StepState.RUNNING)
-    items = [{**item, "state": s["state"] if alive or s["state"] not in open_steps else StepState.FAILED.value}
-             for item, s in zip(record["meta"]["items"], record["steps"])]
+    items, seen_running = [], set()
+    for item in record["meta"]["items"]:
+        step_state = record["steps"][item["step"]]["state"]
+        if Path(item["out"]).is_file():
+            item_state = StepState.DONE
+        elif step_state in (StepState.PENDING, StepState.RUNNING) and not alive:
+            item_state = StepState.FAILED  # its supervisor died
+        elif step_state == StepState.RUNNING:  # a step of several checkpoints evaluates them in turn
+            item_state = StepState.PENDING if item["step"] in seen_running else StepState.RUNNING
+            seen_running.add(item["step"])
+        else:
+            item_state = StepState.FAILED if step_state == StepState.DONE else step_state
+        items.append({**item, "state": str(item_state)})
     return {"state": "running" if alive else state, "items": items,
             "log": log_tail(evals_dir() / EVAL_LOG, LOG_TAIL_BYTES)}
 
 
-def start_eval_job(models: list[str], data: str, n: int, batch_size: int, max_new_tokens: int) -> dict:
+def start_eval_job(models: list[str], data: str, n: int, batch_size: int, max_new_tokens: int,
+                   backend: str = "transformers") -> dict:
     """Start evaluating `models` (already checked) one after the other; refuses while one runs."""
     if eval_job_state()["state"] == "running":
         raise RuntimeError("an evaluation is already running: wait for it or press Stop")
-    items, steps = [], []
-    for model in models:
-        out = store.result_path(model)
-        label = store.checkpoint_label(model)
-        items.append({"label": label, "model": model, "out": str(out)})
-        steps.append(step(label, store.eval_command(model, data, n, batch_size, max_new_tokens, out), MAX_EVAL_S))
+    # vLLM: one process for every checkpoint, so a base and its adapters share one engine start (~1 min each);
+    # other backends: one process per checkpoint, so one that fails does not take the next ones with it
+    per_step = len(models) if backend == "vllm" else 1
+    items = [{"label": store.checkpoint_label(m), "model": m, "out": str(store.result_path(m)), "step": i // per_step}
+             for i, m in enumerate(models)]
+    steps = []
+    for first in range(0, len(items), per_step):
+        group = items[first:first + per_step]
+        command = store.eval_command([i["model"] for i in group], data, n, batch_size, max_new_tokens,
+                                     [Path(i["out"]) for i in group], backend)
+        steps.append(step(", ".join(i["label"] for i in group), command, MAX_EVAL_S * len(group)))
     with open(evals_dir() / EVAL_LOG, "wb") as log:  # one job's log at a time: the results files are the record
         start_job(_job_file(), "eval", steps, log, job_env(OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1")),
-                  meta={"items": items, "data": data})
+                  meta={"items": items, "data": data, "backend": backend})
     return eval_job_state()
 
 
