@@ -71,9 +71,12 @@ def test_stop_ends_the_whole_group_and_marks_the_rest_stopped(tmp_path):
 def test_a_record_whose_supervisor_died_reads_failed(tmp_path):
     record = start(tmp_path, [step("sleeps", python("import time; time.sleep(60)"))])
     assert job_state(read_record(tmp_path / "job.json")) in ("queued", "running")
-    os.killpg(record["pid"], signal.SIGKILL)
+    os.kill(record["pid"], signal.SIGKILL)  # only the supervisor: its step lives on
     assert wait_for(lambda: not is_alive(record["pid"], record["start_ticks"]))
     assert job_state(read_record(tmp_path / "job.json")) == "failed"
+    assert group_members(record["pid"])
+    assert stop_job(tmp_path / "job.json") == record["pid"]  # Stop still ends what is left
+    assert wait_for(lambda: not group_members(record["pid"]))
 
 
 def test_a_job_that_needs_the_training_slot_waits_queued_until_it_is_free(tmp_path):

@@ -38,7 +38,8 @@ class CliArgs:
     @classmethod
     def _options(cls) -> list[tuple[dataclasses.Field, type, str]]:
         hints = typing.get_type_hints(cls)
-        return [(f, hints[f.name], f.metadata["flag"] or "--" + f.name.replace("_", "-")) for f in dataclasses.fields(cls)]
+        return [(f, hints[f.name], f.metadata["flag"] or "--" + f.name.replace("_", "-"))
+                for f in dataclasses.fields(cls)]
 
     @classmethod
     def parser(cls) -> argparse.ArgumentParser:
@@ -118,7 +119,8 @@ def _scalar(kind) -> type:
 class TrainArgs(CliArgs):
     MODULE: ClassVar[str] = "grpo_playground.cli.train"
     COMMAND: ClassVar[str] = "train"
-    DESCRIPTION: ClassVar[str] = "Train a run from a recipe: SFT then GRPO (or one stage), writing everything into the run's folder."
+    DESCRIPTION: ClassVar[str] = ("Train a run from a recipe: SFT then GRPO (or one stage), writing everything into "
+                                  "the run's folder.")
 
     config: Path = option(help="recipe YAML, or the name of a shipped recipe (quick, tiny-cpu, ...)")
     run_dir: Path | None = option(None, help="use this run folder (required with --resume)")
@@ -157,7 +159,8 @@ class EvalArgs(CliArgs):
 class ExportArgs(CliArgs):
     MODULE: ClassVar[str] = "grpo_playground.cli.export"
     COMMAND: ClassVar[str] = "export"
-    DESCRIPTION: ClassVar[str] = "Export a trained run (or a plain model) to GGUF for llama.cpp / Ollama, fully offline."
+    DESCRIPTION: ClassVar[str] = ("Export a trained run (or a plain model) to GGUF for llama.cpp / Ollama, fully "
+                                  "offline.")
 
     run: str | None = option(None, group="source", help="run folder with sft/ and grpo/ LoRA adapters")
     model: str | None = option(None, group="source",

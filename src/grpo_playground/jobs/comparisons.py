@@ -1,9 +1,9 @@
 """"GRPO vs more SFT" comparisons from the UI: `python -m pipelines.experiments.seed_regime` as a background job.
 
 Each comparison has its own folder, <runs>/comparisons/<id>/: the recipe it runs (a copy: editing the original
-later changes nothing), comparison_job.json (its job record: grpo_playground.jobs.record), comparison.log (a file, never a pipe), work/ (the
-experiment's data, run folders and progress.json) and comparison_result.json/.md when it is done. Like an evaluation job it
-outlives the browser and the app; its state is read back from its record: waiting (for the training slot) or
+later changes nothing), comparison_job.json (its job record: grpo_playground.jobs.record), comparison.log (a file,
+never a pipe), work/ (the experiment's data, run folders and progress.json) and comparison_result.json/.md when it
+is done. Like an evaluation job it outlives the browser and the app; its state is read back from its record: waiting (for the training slot) or
 running while its supervisor lives, then finished (the result exists), stopped (Stop was pressed) or failed.
 
 It trains, so it takes the training slot: its supervisor holds the flock on <runs>/.gpu.lock (the lock the training

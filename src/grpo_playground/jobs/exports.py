@@ -1,8 +1,8 @@
 """Export a run to GGUF from the UI: the export CLI as a one-step background job (grpo_playground.jobs.record).
 
 Its state is read back from disk like a training job's: its job record, <run>/export_job.json, says whether it
-still runs, and the export's own export.json (in <run>/export/<stage>/, written by export_run) says how it ended: finished with
-its files and failed checks, or failed with the error. Its output goes to <run>/export.log (appended, one
+still runs, and the export's own export.json (in <run>/export/<stage>/, written by export_run) says how it ended:
+finished with its files and failed checks, or failed with the error. Its output goes to <run>/export.log (appended, one
 "[ui] export" marker per attempt), shown while it runs. It does not take the training slot: merge, conversion and
 quantization run on the CPU.
 """

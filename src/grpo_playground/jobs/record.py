@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import BinaryIO
 
 from grpo_playground.child_process import CHECKOUT
-from grpo_playground.contracts.process import is_alive, log_tail, read_json, write_json_atomic
+from grpo_playground.contracts.process import (
+    group_members,
+    is_alive,
+    kill_group,
+    log_tail,
+    read_json,
+    write_json_atomic,
+)
 from grpo_playground.contracts.states import ACTIVE_STATES, JobState, StepState
 
 START_TIMEOUT_S = 20.0  # the supervisor writes its pid within this (a Python start and two small imports)
@@ -74,9 +81,13 @@ def job_running(record: dict) -> bool:
 
 
 def stop_job(path: Path) -> int | None:
-    """SIGTERM the job's process group (the supervisor records the stop); its pid, or None when not running."""
+    """SIGTERM the job's process group (the supervisor records the stop); its pid, or None when not running. A
+    group whose supervisor was killed on its own is SIGKILLed: nothing is left to record or save."""
     record = read_record(path)
     if not job_running(record):
+        if record.get("pid") and group_members(record["pid"]):
+            kill_group(record["pid"])
+            return record["pid"]
         return None
     try:
         os.killpg(record["pid"], signal.SIGTERM)
