@@ -60,7 +60,7 @@ def start_job(path: Path, kind: str, steps: list[dict], log: BinaryIO, env: dict
                             start_new_session=True)
     threading.Thread(target=proc.wait, daemon=True).start()  # collect its exit status: no zombie
     deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline and proc.poll() is None:
+    while time.monotonic() < deadline and proc.returncode is None:  # set by the thread that waits for it
         record = read_record(path)
         if record.get("pid") == proc.pid:
             return record
