@@ -40,7 +40,12 @@ START_QUICK_FROM_THE_APP = textwrap.dedent("""
 """)
 
 
+# without PYTHONPATH: a checkout's src/ (and its egg-info) on the path would stand in for the wheel, even to pip
+CLEAN_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
 def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
+    kwargs.setdefault("env", CLEAN_ENV)
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, **kwargs)
     assert done.returncode == 0, f"{command} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
@@ -64,8 +69,7 @@ def test_a_wheel_installed_in_a_fresh_venv_trains_quick_from_the_app(tmp_path):
 
     outside = tmp_path / "elsewhere"  # no checkout here: no pipelines/, no src/, no recipes/
     outside.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(GRPO_PLAYGROUND_RUNS_DIR=str(outside / "runs"), OMP_NUM_THREADS="1")
+    env = {**CLEAN_ENV, "GRPO_PLAYGROUND_RUNS_DIR": str(outside / "runs"), "OMP_NUM_THREADS": "1"}
     usage = _run([str(venv / "bin" / "grpo-playground"), "--help"], cwd=outside, env=env).stdout
     assert "train" in usage and "export" in usage
     # quick with fewer steps (CI time): the stages, the pre-flight and the app's path are the same
