@@ -86,3 +86,10 @@ def test_a_shipped_recipe_is_found_by_its_name(tmp_path, monkeypatch):
     (tmp_path / "quick.yaml").write_text("name: mine\n")
     assert recipe_path("quick.yaml") == Path("quick.yaml")  # a file of that name wins
     assert recipe_path("no-such") == Path("no-such")  # left for the loader to name
+
+
+def test_an_epilog_is_printed_as_written_after_the_options(capsys):
+    with pytest.raises(SystemExit):
+        TrainArgs.parse_args(["--help"], epilog="keys --set takes:\n  grpo.max_steps   steps")
+    out = capsys.readouterr().out
+    assert out.index("--set") < out.index("keys --set takes:\n  grpo.max_steps   steps")

@@ -42,9 +42,12 @@ class CliArgs:
                 for f in dataclasses.fields(cls)]
 
     @classmethod
-    def parser(cls) -> argparse.ArgumentParser:
+    def parser(cls, epilog: str | None = None) -> argparse.ArgumentParser:
+        """The argparse parser; `epilog`: text after the options in --help, kept as written (e.g. the keys --set
+        takes, which the CLI lists from the config without this module importing it)."""
         prog = f"grpo-playground {cls.COMMAND}" if cls.COMMAND else f"python -m {cls.MODULE}"
-        parser = argparse.ArgumentParser(prog=prog, description=cls.DESCRIPTION)
+        parser = argparse.ArgumentParser(prog=prog, description=cls.DESCRIPTION, epilog=epilog,
+                                         formatter_class=argparse.RawDescriptionHelpFormatter)
         groups: dict[str, argparse._MutuallyExclusiveGroup] = {}
         for f, kind, flag in cls._options():
             meta = f.metadata
@@ -72,9 +75,9 @@ class CliArgs:
         return parser
 
     @classmethod
-    def parse_args(cls, argv: list[str] | None = None):
+    def parse_args(cls, argv: list[str] | None = None, epilog: str | None = None):
         """The dataclass of `argv` (default sys.argv[1:]); argparse's usage error and exit 2 for bad arguments."""
-        values = vars(cls.parser().parse_args(argv))
+        values = vars(cls.parser(epilog).parse_args(argv))
         for f, _, _ in cls._options():
             if f.metadata["many"]:
                 values[f.name] = tuple(values[f.name] or f.default)
