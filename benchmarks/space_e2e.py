@@ -302,20 +302,20 @@ def _drive(rec: Recorder, app: App, token: str, ctx: dict, args, skip: set[str],
             """One GPU shared: a vLLM chat server asked for while the resumed run trains fits beside it, or is
             refused with a message naming what to stop; the run goes on either way."""
             targets = client.predict(api_name="/chat_targets")
-            model = yaml.safe_load(args.recipe.read_text())["model"]["name_or_path"]
-            base = [t["key"] for t in targets if t["backend"] == "vllm" and not t.get("lora") and model in t["label"]]
-            if not base:
-                raise StepFailed(f"no vLLM entry of the base model: {targets}")
+            sft = [t["key"] for t in targets if t["backend"] == "vllm" and t.get("lora") and ctx["run"] in t["lora"]
+                   and t["lora"].endswith("sft")]  # the run's SFT adapter: there while its GRPO trains
+            if not sft:
+                raise StepFailed(f"no vLLM entry of the run's SFT adapter: {targets}")
             before = status()["state"]
             try:
-                reply = chat_once(client, token, base[:1], 128)
+                reply = chat_once(client, token, sft[:1], 128)
             except Exception as error:  # noqa: BLE001 - a refusal is a valid outcome when it says what to stop
                 reply = {"refused": str(error)[:1500]}
                 if "stop" not in reply["refused"].lower():
                     raise
             return {"run_state_when_asked": before, "run_state_after": status()["state"], **reply}
 
-        rec.step("chat_beside_training", "/chat_targets, /chat (vLLM, the base) while the run trains",
+        rec.step("chat_beside_training", "/chat_targets, /chat (vLLM, the run's SFT adapter) while the run trains",
                  chat_beside_training, "stop_resume")
 
     def finish():

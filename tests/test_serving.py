@@ -176,6 +176,20 @@ def test_discovery_finds_exports_and_run_adapters(tmp_path, monkeypatch):
     assert adapter.model == "Qwen/Qwen3-0.6B" and adapter.lora == str(runs / "r1" / "grpo")
 
 
+def test_an_offline_machine_lists_no_hub_model_it_cannot_load(tmp_path, monkeypatch):
+    """The H200 Space run listed Qwen3-0.6B ... 8B for vLLM with the hub unreachable: each would fail at Send."""
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty hub cache
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "0")
+    online = {t.label for t in discover_targets()}
+    assert "vLLM · qwen3-8b" in online
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    offline = {t.label for t in discover_targets()}
+    assert not any("qwen3" in label for label in offline)
+    assert "vLLM · tiny" in offline and "llama.cpp · smollm2-135m" in offline  # local models stay
+
+
 def test_chat_labels_name_the_run_stage_and_quantization_up_front(tmp_path, monkeypatch):
     """Issue 22 item 6: entries were long relative paths cut in the dropdown, so f16 and q4_k_m looked alike."""
     runs = tmp_path / "runs"

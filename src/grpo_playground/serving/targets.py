@@ -32,6 +32,7 @@ class ChatTarget:
 
 def _registry_targets() -> list[ChatTarget]:
     from grpo_playground.models import MODELS, gguf_path
+    from grpo_playground.models.registry import hub_cached, hub_offline
 
     found = []
     for name, spec in MODELS.items():
@@ -41,6 +42,8 @@ def _registry_targets() -> list[ChatTarget]:
             except FileNotFoundError:
                 continue  # its package is not installed: nothing to offer
         if spec.source in ("hub", "local") and "vllm" in spec.supports:
+            if spec.source == "hub" and hub_offline() and not hub_cached(spec.location):
+                continue  # an offline Space cannot download it: listing it would only fail at Send
             found.append(ChatTarget(VLLM, spec.location, None, f"vLLM · {name}"))
     return found
 
