@@ -8,10 +8,19 @@ import pytest
 from grpo_playground.models import MODELS, gguf_path
 from grpo_playground.rewards import score_group
 from grpo_playground.serving import LLAMA_CPP, POOL, VLLM, ChatTarget
-from grpo_playground.ui.chat_tab import MAX_INPUT_CHARS, checkpoint_settings, fold_tags, for_display, score_table
+from grpo_playground.ui.chat_scores import ReplyScores
+from grpo_playground.ui.chat_tab import MAX_INPUT_CHARS, checkpoint_settings, fold_tags, for_display
 
 SMOLLM2_KEY = ChatTarget(LLAMA_CPP, str(gguf_path(MODELS["smollm2-135m"]))).key
 FORMATTED = "12 + 7 = 19<end_working_out><SOLUTION>19</SOLUTION>"
+
+
+def score_table(labels, replies, gold, rewards, settings=None) -> str:
+    """The table the tab shows once every reply has finished."""
+    scores = ReplyScores(gold, rewards)
+    for slot, (label, reply) in enumerate(zip(labels, replies)):
+        scores.add(slot, label, reply, settings[slot] if settings else None)
+    return scores.markdown()
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +179,7 @@ def test_a_runs_checkpoint_is_shown_and_scored_with_its_own_tags_and_weights(tmp
     assert fold_tags(SMOLLM2_KEY) == fold_tags(None) == [("<start_working_out>", "<end_working_out>")]
     # the same reply under the defaults: no SOLUTION match, the no-match score
     assert "| plain | (none) | -2 | **-2** |" in score_table(["plain"], [reply], "19", ["check_answer"])
-    assert checkpoint_settings(ChatTarget(LLAMA_CPP, SMOLLM2_KEY.split("|")[1]))[0].solution_start == "<SOLUTION>"
+    assert checkpoint_settings(ChatTarget(LLAMA_CPP, str(gguf_path(MODELS["smollm2-135m"]))))[0].solution_start == "<SOLUTION>"
 
 
 def test_side_by_side_replies_stream_at_the_same_time(tmp_path, monkeypatch):
