@@ -8,7 +8,7 @@ import signal
 import gradio as gr
 
 from grpo_playground.ui import chat_tab, compare_panel, eval_panel, sandbox_tab, training_tab
-from grpo_playground.ui.public_limits import DELETE_CACHE, bound_queue, launch_settings
+from grpo_playground.ui.public_limits import DELETE_CACHE, configure_queue, launch_settings
 
 TITLE = "GRPO Playground"
 # Page-wide style, injected with the page (Blocks(css=) moved to launch() in gradio 6, which tests do not call):
@@ -33,10 +33,7 @@ def build_demo() -> gr.Blocks:
                 eval_panel.create_eval_panel()
                 compare_panel.create_compare_panel()
         training_tab.link_to_sandbox(training, sandbox, tabs)
-    # api_open=False: /gradio_api/run/* refuses queued events, so every call waits its turn in the queue, with
-    # or without SPACE_ID. No global max_size: bound_queue bounds each concurrency group on its own.
-    demo.queue(api_open=False, max_size=None, default_concurrency_limit=4)
-    bound_queue(demo)
+    configure_queue(demo)
     return demo
 
 

@@ -87,6 +87,13 @@ def waiting_limit(concurrency_limit) -> int:
     return max(MIN_WAITING, WAITING_PER_SLOT * slots)
 
 
+def configure_queue(demo: gr.Blocks) -> None:
+    """The app's queue. api_open=False: /gradio_api/run/* refuses queued events, so every call waits its turn,
+    with or without SPACE_ID. No shared max_size: each concurrency group has its own bound (bound_queue)."""
+    demo.queue(api_open=False, max_size=None, default_concurrency_limit=4)
+    bound_queue(demo)
+
+
 def bound_queue(demo: gr.Blocks) -> None:
     """Give every concurrency group its own bound on waiting events, and refuse oversized inputs before they are
     queued (so a refused paste is never held, in the queue or in a session)."""
