@@ -37,7 +37,7 @@ class ReplyScores:
             try:
                 if self.gold_problem:
                     raise RewardInputError(self.gold_problem)
-                with scoring_request(self.deadline):
+                with scoring_request(len(reply), self.deadline):
                     scored = score_group([reply], self.gold, weights, tags, scale="none").completions[0]
                 row += [f"{scored.scores[n]:g}" for n in weights] + [f"**{scored.total:g}**"]
             except (RewardInputError, ValueError) as error:

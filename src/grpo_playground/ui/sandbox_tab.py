@@ -99,7 +99,8 @@ def compute(completions_text, answer, enabled, scale, rs, re_, ss, se, code, tok
         raise RewardInputError("a custom reward takes one gold answer for the group: give one answer, not one each")
     custom = _custom_scores(code, completions, answers[0]) if completions else None
     gold = answers[0] if len(answers) == 1 else answers
-    with scoring_request():  # one budget for the whole request, design check included: others keep their share
+    # one budget for the whole request, design check included: others keep their share
+    with scoring_request(sum(map(len, completions))):
         group = score_group(completions, gold, chosen, tags, scale, {"custom": custom} if custom else None)
         return group, check_design(chosen, tags)
 
