@@ -101,7 +101,7 @@ def test_a_refused_paste_is_neither_queued_nor_kept_in_a_session(app_url, demo):
     # session's component values, for up to 10,000 sessions.
     paste = "x" * 300_000  # inside the body limit, over the completions box's limit
     reply = join(app_url, demo, "score", {0: paste, 1: "42"}, session="stranger-paste")
-    assert reply.status_code == 400 and "refused before queueing" in reply.text and "the limit is" in reply.text
+    assert reply.status_code == 422 and "refused before queueing" in reply.text and "the limit is" in reply.text
     for session in demo.state_holder.session_data.values():
         for config in session.config_values.values():
             value = (config or {}).get("props", {}).get("value")
@@ -134,7 +134,7 @@ def test_a_file_input_naming_a_url_is_refused(app_url, demo):
     # Gradio downloads a file input given as a URL into its temp folder, with no size limit.
     linked = {"path": "https://example.com/huge.csv", "meta": {"_type": "gradio.FileData"}, "orig_name": "huge.csv"}
     reply = join(app_url, demo, "upload_file", {0: linked})
-    assert reply.status_code == 400 and "names a file by URL" in reply.text
+    assert reply.status_code == 422 and "names a file by URL" in reply.text
 
 
 def test_saving_a_recipe_writes_nothing_for_a_stranger(demo, monkeypatch):
@@ -164,6 +164,14 @@ def test_huge_weights_get_an_error_naming_them(client, weight, message):
     # Before: 1e308 passed the finite check and the totals came back NaN; 10**400 raised an unhandled OverflowError.
     with pytest.raises(Exception, match=re.escape(message)):
         client.predict(GROUP, "42", weight_check_answer=weight, api_name="/score")
+
+
+def test_a_recipe_weight_that_would_overflow_is_refused():
+    from grpo_playground.config import ConfigError
+    from grpo_playground.config.recipe_io import config_from_dict, safe_yaml
+
+    with pytest.raises(ConfigError, match=re.escape("rewards.weights.check_answer=1e+308: must lie in -1000000.0 .. 1000000.0")):
+        config_from_dict(safe_yaml("rewards: {weights: {check_answer: 1e308}}"))
 
 
 def test_huge_custom_scores_and_deeply_nested_replies_are_named():

@@ -82,6 +82,12 @@ def _linked_file(value) -> bool:
     return False
 
 
+def _validation_error(block, problem: str) -> dict:
+    name = getattr(block, "label", None) or type(block).__name__.lower()
+    return {"__type__": "validate", "is_valid": False, "parameter_name": name,
+            "message": f"refused before queueing: {problem}"}
+
+
 def waiting_limit(concurrency_limit) -> int:
     slots = concurrency_limit if isinstance(concurrency_limit, int) else 1
     return max(MIN_WAITING, WAITING_PER_SLOT * slots)
@@ -114,12 +120,12 @@ def bound_queue(demo: gr.Blocks) -> None:
         fn = demo.fns.get(body.fn_index) if body.fn_index is not None else None
         if fn is None:
             return await push(body, request, username)  # Gradio's own error for a missing or unknown fn_index
-        for block, value in zip(fn.inputs, body.data):
-            problem = input_problem(block, value)
-            if problem:
-                return False, f"refused before queueing: {problem}", "error"
+        problems = [(block, input_problem(block, value)) for block, value in zip(fn.inputs, body.data)]
         if body.event_data is not None and len(json.dumps(body.event_data, default=str)) > MAX_INPUT_CHARS:
-            return False, f"refused before queueing: event data over {MAX_INPUT_CHARS:,} characters", "error"
+            problems.append((None, f"event data over {MAX_INPUT_CHARS:,} characters"))
+        refused = [_validation_error(block, problem) for block, problem in problems if problem]
+        if refused:  # Gradio's own validation reply (HTTP 422): the page and gradio_client show each message
+            return False, refused, "validator_error"
         group = queue.event_queue_per_concurrency_id.get(fn.concurrency_id)
         if group is not None and len(group.queue) >= waiting_limit(group.concurrency_limit):
             return (False, f"busy: {len(group.queue)} requests of this kind are waiting; try again in a few seconds",
