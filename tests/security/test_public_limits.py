@@ -107,6 +107,11 @@ def test_a_refused_paste_is_neither_queued_nor_kept_in_a_session(app_url, demo):
             value = (config or {}).get("props", {}).get("value")
             assert not (isinstance(value, str) and len(value) >= len(paste))
     assert demo.state_holder.capacity == SESSION_CAPACITY  # before: 10,000 sessions of ~0.64 MB each at least
+    index = fn_index(demo, "score")
+    extra = httpx.post(f"{app_url}gradio_api/queue/join", timeout=30, json={  # values Gradio would ignore, yet queue
+        "data": [GROUP, "42", *[None] * (len(demo.fns[index].inputs) - 2), paste], "fn_index": index,
+        "session_hash": uuid.uuid4().hex})
+    assert extra.status_code == 422 and "values past the event's inputs" in extra.text
 
 
 def test_one_post_of_500_files_is_refused_before_it_is_read(app_url):

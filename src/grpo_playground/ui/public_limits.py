@@ -121,8 +121,11 @@ def bound_queue(demo: gr.Blocks) -> None:
         if fn is None:
             return await push(body, request, username)  # Gradio's own error for a missing or unknown fn_index
         problems = [(block, input_problem(block, value)) for block, value in zip(fn.inputs, body.data)]
-        if body.event_data is not None and len(json.dumps(body.event_data, default=str)) > MAX_INPUT_CHARS:
-            problems.append((None, f"event data over {MAX_INPUT_CHARS:,} characters"))
+        # Values past the event's inputs (Gradio ignores them) and its event data would still wait in the queue.
+        for what, extra in (("values past the event's inputs", body.data[len(fn.inputs):]),
+                            ("event data", body.event_data)):
+            if extra and len(json.dumps(extra, default=str)) > MAX_INPUT_CHARS:
+                problems.append((None, f"{what} over {MAX_INPUT_CHARS:,} characters"))
         refused = [_validation_error(block, problem) for block, problem in problems if problem]
         if refused:  # Gradio's own validation reply (HTTP 422): the page and gradio_client show each message
             return False, refused, "validator_error"
