@@ -178,17 +178,23 @@ def chat_once(client, token: str, keys: list[str], max_tokens: int) -> dict:
     first, progress = None, []
     job = client.submit(QUESTION, GOLD, *(keys + ["", "", ""])[:3], 0.0, 1.0, max_tokens, "",
                         ["match_format_approximately", "check_answer", "check_numbers"], token, api_name="/chat")
-    last = None
-    for update in job:
-        last = update
-        texts = [text_of(pane[-1]) if pane else "" for pane in update[: len(keys)]]
-        starting = [t for t in texts if STARTING in t]  # the pane's "server starting: 42 s (stage)" line
-        if starting and starting[-1] not in progress[-1:]:
-            progress.append(starting[-1][:120])
-        if first is None and any(t and STARTING not in t for t in texts):
-            first = time.monotonic() - began
-    outputs = job.outputs()
-    last = outputs[-1] if outputs else last
+    # poll the streamed outputs (iterating the job blocks forever when the app refuses the request)
+    seen, last = 0, None
+    while True:
+        done = job.done()
+        outputs = job.outputs()
+        for update in outputs[seen:]:
+            texts = [text_of(pane[-1]) if pane else "" for pane in update[: len(keys)]]
+            starting = [t for t in texts if STARTING in t]  # the pane's "server starting: 42 s (stage)" line
+            if starting and starting[-1][:120] not in progress[-1:]:
+                progress.append(starting[-1][:120])
+            if first is None and any(t and STARTING not in t for t in texts):
+                first = time.monotonic() - began
+        seen, last = len(outputs), (outputs[-1] if outputs else last)
+        if done:
+            break
+        time.sleep(0.05)
+    job.result()  # the app's error, if it refused or failed the request
     if last is None:
         raise StepFailed("/chat returned nothing")
     replies = [text_of(pane[-1]) if pane else "" for pane in last[: len(keys)]]

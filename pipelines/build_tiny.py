@@ -169,7 +169,7 @@ def evaluate_base(model, tokenizer, problems: list[Problem]) -> dict:
     ]
     recipe = greedy(model, tokenizer, recipe_prompts, max_new_tokens=200)
     patterns = patterns_for(DEFAULT_TAGS)
-    formatted = [patterns.strict_search(text).match is not None for text in recipe]
+    formatted = [patterns.strict_search(text) is not None for text in recipe]
 
     by_level = {}
     for level in sorted({p.level for p in problems}):

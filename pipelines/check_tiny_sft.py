@@ -26,8 +26,8 @@ def format_and_accuracy(model, tokenizer, rows: list[dict]) -> dict:
     """Strict-format rate and exact accuracy of greedy completions, overall and per level."""
     completions = greedy(model, tokenizer, [row["prompt"] for row in rows], max_new_tokens=200)
     patterns = patterns_for(DEFAULT_TAGS)
-    matches = [patterns.strict_search(text).match for text in completions]
-    correct = [m is not None and m.group(1).strip() == row["answer"] for m, row in zip(matches, rows)]
+    matches = [patterns.strict_search(text) for text in completions]
+    correct = [m is not None and m.text.strip() == row["answer"] for m, row in zip(matches, rows)]
     by_level = {}
     for level in sorted({row["level"] for row in rows}):
         picked = [c for c, row in zip(correct, rows) if row["level"] == level]

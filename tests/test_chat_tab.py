@@ -3,22 +3,26 @@ packaged SmolLM2 GGUF; plus the pure helpers: folding, SOLUTION extraction and r
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from grpo_playground.models import MODELS, gguf_path
 from grpo_playground.rewards import score_group
 from grpo_playground.serving import LLAMA_CPP, POOL, VLLM, ChatTarget
-from grpo_playground.ui.chat_tab import (
-    MAX_INPUT_CHARS,
-    STARTING_MARK,
-    checkpoint_settings,
-    fold_tags,
-    for_display,
-    score_table,
-)
+from grpo_playground.ui.chat_scores import ReplyScores
+from grpo_playground.ui.chat_tab import MAX_INPUT_CHARS, STARTING_MARK, checkpoint_settings, fold_tags, for_display
 
 SMOLLM2_KEY = ChatTarget(LLAMA_CPP, str(gguf_path(MODELS["smollm2-135m"]))).key
 FORMATTED = "12 + 7 = 19<end_working_out><SOLUTION>19</SOLUTION>"
+
+
+def score_table(labels, replies, gold, rewards, settings=None) -> str:
+    """The table the tab shows once every reply has finished."""
+    scores = ReplyScores(gold, rewards)
+    for slot, (label, reply) in enumerate(zip(labels, replies)):
+        scores.add(slot, label, reply, settings[slot] if settings else None)
+    return scores.markdown()
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +42,8 @@ def text_of(message: dict) -> str:
 def ask(client, question, model_1=SMOLLM2_KEY, model_2=None, gold="5", max_tokens=16):
     job = client.submit(question, gold, model_1, model_2, None, 0.0, 0.95, max_tokens,
                         "Answer briefly.", ["check_answer", "check_numbers"], api_name="/chat")
-    updates = list(job)
-    return updates, job.result()  # raises the app's error, if any
+    result = job.result()  # raises the app's error, if any: first, as a request refused before it is queued
+    return list(job), result  # never ends gradio_client's stream (iterating it would wait forever)
 
 
 def test_chat_api_streams_a_real_reply_and_scores_it(client):
@@ -70,10 +74,10 @@ def test_vllm_side_by_side_says_why_it_cannot_run_here(client):
 
 def test_bad_requests_are_refused_with_a_reason(client, app_url):
     from gradio_client import Client
-    from gradio_client.exceptions import AppError
+    from gradio_client.exceptions import AppError, ValidationError
 
-    with pytest.raises(AppError, match=f"keep it under {MAX_INPUT_CHARS}"):
-        ask(client, "x" * (MAX_INPUT_CHARS + 1))
+    with pytest.raises(ValidationError, match=f"{MAX_INPUT_CHARS + 1:,} characters: the limit is {MAX_INPUT_CHARS:,}"):
+        ask(client, "x" * (MAX_INPUT_CHARS + 1))  # refused by the server before it is queued
     with pytest.raises(AppError, match="Unknown checkpoint"):
         ask(client, "hi", model_1="llama.cpp|/etc/passwd|")
     # nothing to send: one plain line under the panes, no error on each pane (issue 22 item 6)
@@ -189,7 +193,7 @@ def test_a_runs_checkpoint_is_shown_and_scored_with_its_own_tags_and_weights(tmp
     assert fold_tags(SMOLLM2_KEY) == fold_tags(None) == [("<start_working_out>", "<end_working_out>")]
     # the same reply under the defaults: no SOLUTION match, the no-match score
     assert "| plain | (none) | ✗ wrong | -2 | **-2** |" in score_table(["plain"], [reply], "19", ["check_answer"])
-    assert checkpoint_settings(ChatTarget(LLAMA_CPP, SMOLLM2_KEY.split("|")[1]))[0].solution_start == "<SOLUTION>"
+    assert checkpoint_settings(ChatTarget(LLAMA_CPP, str(gguf_path(MODELS["smollm2-135m"]))))[0].solution_start == "<SOLUTION>"
 
 
 def test_side_by_side_replies_stream_at_the_same_time(tmp_path, monkeypatch):
@@ -300,3 +304,19 @@ def test_the_owners_default_starts_with_the_app_and_a_visitor_is_answered_by_it(
         assert [s["pid"] for s in POOL.describe()] == [server["pid"]]  # the visitor used it, started nothing
     finally:
         POOL.stop_all()
+
+
+def test_the_chat_targets_api_names_files_without_install_paths(tmp_path, monkeypatch):
+    """/chat_targets (what scripts pick checkpoints from) names a run's files from the runs folder and a packaged
+    model by its file name: a visitor learns no absolute path of the install or the data root."""
+    from grpo_playground.ui.chat_tab import api_targets
+
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(runs))
+    (runs / "r1" / "export" / "grpo").mkdir(parents=True)
+    (runs / "r1" / "export" / "grpo" / "r1-grpo.q8_0.gguf").write_bytes(b"GGUF")
+    listed = api_targets()
+    assert listed and not any(str(tmp_path) in str(t) or str(t["model"]).startswith("/") for t in listed), listed
+    models = {t["model"] for t in listed}
+    assert "runs/r1/export/grpo/r1-grpo.q8_0.gguf" in models
+    assert Path(gguf_path(MODELS["smollm2-135m"])).name in models

@@ -124,7 +124,8 @@ def test_chat_servers_start_only_for_listed_checkpoints():
 def test_uploads_are_capped_by_the_server(monkeypatch):
     # Before: a 50 MB upload was accepted from anyone. The cap applies while receiving, before any handler.
     from grpo_playground.child_process import free_port
-    from grpo_playground.ui.app import MAX_UPLOAD_BYTES, launch
+    from grpo_playground.ui.app import launch
+    from grpo_playground.ui.public_limits import MAX_UPLOAD_BYTES
 
     with gr.Blocks() as demo:
         gr.File()

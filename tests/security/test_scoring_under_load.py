@@ -24,9 +24,8 @@ GOOD = "<start_working_out>6 x 7<end_working_out><SOLUTION>42</SOLUTION>"
 LOOP = "def reward(completions, answer, **kwargs):\n    while True:\n        pass\n"
 
 
-def score(completions: list[str], enabled: list[str], code: str = "") -> dict:
-    return score_table("\n---\n".join(completions), "42", enabled, "group", *DEFAULT_TAGS.as_list(), code, "",
-                       *[1.0] * len(NAMES))
+def score(completions: list[str], enabled: list[str], code: str = "", tags=tuple(DEFAULT_TAGS.as_list())) -> dict:
+    return score_table("\n---\n".join(completions), "42", enabled, "group", *tags, code, "", *[1.0] * len(NAMES))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -69,40 +68,82 @@ def test_four_hostile_users_delay_others_by_at_most_one_budget():
     assert max(times) < REQUEST_BUDGET_S + VERIFY_TIMEOUT_S + 2.0
 
 
+def test_a_chats_replies_are_scored_once_within_one_budget(monkeypatch):
+    # Before: the Chat tab re-scored every finished reply on every refresh with no deadline and any gold: 3 replies
+    # against this gold took 20.5 s, and with 300-token replies it was still running after 600 s.
+    from grpo_playground.ui.chat_scores import ReplyScores
+
+    asked = []
+    verify = _pool.verify
+    monkeypatch.setattr(_pool, "verify", lambda gold, pred: asked.append(pred) or verify(gold, pred))
+    scores = ReplyScores(r"\left(9^{9^{9^{9}}}\right)", ["answer_equivalence"])
+    start = time.monotonic()
+    for slot in range(3):
+        scores.add(slot, f"reply {slot}", "<end_working_out><SOLUTION>$9^{9^{9}}$</SOLUTION>")
+        scores.markdown()
+    assert time.monotonic() - start < REQUEST_BUDGET_S + VERIFY_TIMEOUT_S + 1.0  # one budget for the question
+    for _ in range(50):  # the stream redraws the table many times a second
+        table = scores.markdown()
+    assert len(asked) <= 3 and table.count("| reply ") == 3
+    words = ReplyScores("8 apples", ["check_answer"])  # the sandbox's gold check (before: any text up to 200)
+    words.add(0, "checkpoint", GOOD)
+    assert "cannot score: the gold answer '8 apples' carries words" in words.markdown()
+
+
 def _timed(fn, *args) -> float:
     start = time.monotonic()
     fn(*args)
     return time.monotonic() - start
 
 
-def test_50_concurrent_scorers_stay_fast_while_hostile_requests_run(monkeypatch):
-    # 50 clients x 8 completions with the default rewards, while a 10,000-completion request, an
-    # infinite-loop custom reward and a group of power towers are in flight. Measured in the handler
-    # (server-side time, as Gradio runs it: one thread per event), 50 threads at once.
+def test_50_concurrent_scorers_stay_fast_while_hostile_requests_run(monkeypatch, app_url):
+    # 50 clients x 8 completions with the default rewards, while 16 backtracking requests (one-letter tags, 64 x
+    # "abb" * 1039: ~20 s each before the linear patterns), a 10,000-completion request, an infinite-loop custom
+    # reward and a group of power towers are in flight. Measured in the handler (server-side time, as Gradio runs
+    # it: one thread per event), 50 threads at once; the owner's /status answers through the app meanwhile.
     monkeypatch.setenv(custom.ENABLE_ENV, "1")
     defaults = ["match_format_approximately", "check_answer", "check_numbers"]
     stop = threading.Event()
 
-    def hostile():
+    def hostile(args):
         while not stop.is_set():
-            for args in (([GOOD] * 10_000, defaults), ([GOOD] * 8, defaults, LOOP),
-                         ([TOWER] * 8, ["answer_equivalence"])):
-                try:
-                    score(*args)
-                except gr.Error:
-                    pass  # refused (too many completions) or timed out: what matters is what it costs others
+            try:
+                score(*args)
+            except gr.Error:
+                pass  # refused (too many completions) or timed out: what matters is what it costs others
 
-    attackers = [threading.Thread(target=hostile) for _ in range(2)]
+    one_letter = ((["abb" * 1039] * 64, defaults, "", ("s", "a", "b", "c")),) * 16
+    others = (([GOOD] * 10_000, defaults), ([GOOD] * 8, defaults, LOOP), ([TOWER] * 8, ["answer_equivalence"]))
+    attackers = [threading.Thread(target=hostile, args=(args,)) for args in (*one_letter, *others)]
     for thread in attackers:
         thread.start()
     time.sleep(0.5)
     try:
         with ThreadPoolExecutor(50) as pool:
+            status = pool.submit(_owner_status, app_url)
             times = list(pool.map(lambda _: _timed(score, [GOOD] * 8, defaults), range(50)))
+            status_s = status.result()
     finally:
         stop.set()
         for thread in attackers:
             thread.join()
     p95 = statistics.quantiles(times, n=20)[-1]
-    print(f"p95 {p95 * 1000:.0f} ms, median {statistics.median(times) * 1000:.0f} ms over {len(times)} requests")
+    print(f"p95 {p95 * 1000:.0f} ms, median {statistics.median(times) * 1000:.0f} ms over {len(times)} requests; "
+          f"/status {status_s:.2f} s")
     assert p95 <= 0.2
+    assert status_s < 5.0
+
+
+def _owner_status(app_url: str) -> float:
+    """Seconds the app's /status takes to answer for a finished run, through its queue."""
+    from gradio_client import Client
+
+    from grpo_playground.run_layout import runs_dir, write_status
+
+    run = runs_dir() / "20260101-000000-under-load"
+    run.mkdir(exist_ok=True)
+    write_status(run, state="finished", step=5, max_steps=5)
+    client = Client(app_url, verbose=False)
+    start = time.monotonic()
+    assert client.predict(run.name, api_name="/status")["state"] == "finished"
+    return time.monotonic() - start

@@ -277,6 +277,7 @@ class RewardSettings:
 
     def validate(self, prefix: str = "rewards") -> None:
         from grpo_playground.rewards import REWARDS
+        from grpo_playground.rewards.guard import MAX_ABS_WEIGHT
 
         if not any(w != 0 for w in self.weights.values()):
             raise ConfigError(f"{prefix}.weights", self.weights,
@@ -285,7 +286,8 @@ class RewardSettings:
             if name not in REWARDS:
                 raise ConfigError(f"{prefix}.weights", name,
                                   f"unknown reward{_did_you_mean(name, REWARDS)}; registered: {', '.join(REWARDS)}")
-            _check_range(f"{prefix}.weights.{name}", weight)
+            _check_range(f"{prefix}.weights.{name}", weight, -MAX_ABS_WEIGHT, MAX_ABS_WEIGHT,
+                         "a weight past that overflows the group's mean")
 
 
 @dataclass

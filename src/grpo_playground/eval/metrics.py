@@ -48,8 +48,8 @@ def last_number(text: str) -> str | None:
 
 
 def grade_completion(text: str, answer: str, tags: Tags = DEFAULT_TAGS, n_tokens: int = 0, truncated: bool = False) -> CompletionGrade:
-    found = patterns_for(tags).strict_search(text).match
-    guess = found.group(1).strip() if found else None
+    found = patterns_for(tags).strict_search(text)
+    guess = found.text.strip() if found else None
     correct = guess is not None and (guess == answer or normalize_number(guess) == answer)
     return CompletionGrade(
         in_format=found is not None,

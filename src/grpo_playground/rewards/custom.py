@@ -279,7 +279,7 @@ def _interpret(returncode, output, reply, timed_out, n, limits) -> CustomRewardR
     try:
         data = json.loads(reply, parse_constant=_refuse_constant)
         assert isinstance(data, dict)
-    except (ValueError, AssertionError):
+    except (ValueError, AssertionError, RecursionError):  # RecursionError: a forged reply nested past the parser
         return fail("the reward process sent an unreadable reply. Do not write to file descriptors directly.")
     if data.get("error"):
         return fail(str(data["error"])[:4000], bool(data.get("memory_exceeded")))

@@ -197,13 +197,13 @@ class AnswerEquivalence(Reward):
 
     def judge(self, text: str, answer: str) -> Judgement:
         found = patterns_for(self.tags).strict_search(text)
-        pred = found.match.group(1) if found.match is not None else text
+        pred = found.text if found is not None else text
         if not pred.strip():
             return Judgement(NO_ANSWER, f"empty completion: {fmt(NO_ANSWER)}")
         reply = _pool.verify(answer, pred)
         if "error" in reply:
             return Judgement(NO_ANSWER, f"{reply['error']}: {fmt(NO_ANSWER)}")
-        where = "between the solution tags" if found.match is not None else "in the text (no strict match)"
+        where = "between the solution tags" if found is not None else "in the text (no strict match)"
         if reply.get("no_answer"):
             return Judgement(NO_ANSWER, f"math-verify found no answer {where}: {fmt(NO_ANSWER)}")
         if reply["equivalent"]:

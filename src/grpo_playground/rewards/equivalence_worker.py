@@ -21,6 +21,7 @@ import signal
 import sys
 
 WORKER_MEMORY_BYTES = 2 << 30
+CHECKER_NICENESS = 10
 PR_SET_PDEATHSIG = 1
 # GSM8K golds carry thousands separators ("1,600"); math-verify would read them as a list of two numbers.
 THOUSANDS = re.compile(r"^-?\d{1,3}(,\d{3})+(\.\d+)?$")
@@ -58,6 +59,8 @@ def answer(out, parse, verify) -> None:
 def serve() -> None:
     """Import math-verify once, then keep one forked answering process alive (see the module docstring)."""
     resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
+    # A checker busy on a stranger's power tower yields the CPU to the app's own request threads.
+    os.nice(CHECKER_NICENESS)
     # The protocol owns the real stdout; anything a library prints goes to stderr instead of corrupting it.
     out, sys.stdout = sys.stdout, sys.stderr
     from math_verify import parse, verify

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from grpo_playground.rewards.guard import RewardInputError, check_request
+from grpo_playground.rewards.guard import MAX_ABS_SCORE, RewardInputError, bounded_number, charge, check_request
 from grpo_playground.rewards.patterns import completion_text, patterns_for
 from grpo_playground.rewards.registry import DEFAULT_WEIGHTS, REWARDS, get_reward_funcs
 from grpo_playground.tags import DEFAULT_TAGS, Tags
@@ -93,12 +93,12 @@ def explain_extraction(text: str, tags: Tags) -> tuple[str | None, str | None, d
     """What the strict pattern captured, the number check_numbers reads, and every tag's count and places."""
     pats = patterns_for(tags)
     marks: list[Mark] = []
-    strict = pats.strict_search(text).match
+    strict = pats.strict_search(text)
     if strict is not None:
-        marks.append(Mark(*strict.span(1), "answer (strict match)"))
-    number = pats.number_search(text).match
+        marks.append(Mark(strict.start, strict.end, "answer (strict match)"))
+    number = pats.number_search(text)
     if number is not None:
-        marks.append(Mark(*number.span(1), "number (check_numbers)"))
+        marks.append(Mark(number.start, number.end, "number (check_numbers)"))
     counts = {}
     for tag in tags.as_list():
         counts[tag] = text.count(tag)
@@ -107,8 +107,8 @@ def explain_extraction(text: str, tags: Tags) -> tuple[str | None, str | None, d
             marks.append(Mark(pos, pos + len(tag), f"{tag} x{counts[tag]}"))
             pos = text.find(tag, pos + len(tag))
     return (
-        strict.group(1) if strict is not None else None,
-        number.group(1) if number is not None else None,
+        strict.text if strict is not None else None,
+        number.text if number is not None else None,
         counts,
         sorted(marks, key=lambda m: (m.start, -m.end)),
     )
@@ -143,17 +143,19 @@ def score_group(
         check_request(texts, gold)
     funcs, ws = get_reward_funcs(weights, tags)
     names = [f.__name__ for f in funcs]
-    extra = dict(extra_scores or {})
-    for name, values in extra.items():
+    extra = {}
+    for name, values in (extra_scores or {}).items():
         if len(values) != len(texts):
             raise ValueError(f"{name} gave {len(values)} scores for {len(texts)} completions")
+        extra[name] = [bounded_number(f"{name} score {i}", v, MAX_ABS_SCORE) for i, v in enumerate(values)]
     scored = []
     for i, text in enumerate(texts):
+        charge(i, len(texts))
         judged = {f.__name__: f.judge(text, answers[i]) for f in funcs}
         scores = {n: j.score for n, j in judged.items()}
-        total = sum(w * scores[n] for n, w in zip(names, ws)) + sum(float(v[i]) for v in extra.values())
+        total = sum(w * scores[n] for n, w in zip(names, ws)) + sum(v[i] for v in extra.values())
         strict, number, counts, marks = explain_extraction(text, tags)
-        scores.update({n: float(v[i]) for n, v in extra.items()})
+        scores.update({n: v[i] for n, v in extra.items()})
         scored.append(
             CompletionScore(text, scores, {n: j.reason for n, j in judged.items()}, total, 0.0, strict, number, counts, marks)
         )

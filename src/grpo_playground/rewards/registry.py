@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from grpo_playground.rewards.equivalence import get_answer_equivalence_reward
-from grpo_playground.rewards.guard import RewardInputError
+from grpo_playground.rewards.guard import MAX_ABS_WEIGHT, RewardInputError, bounded_number
 from grpo_playground.rewards.seed import (
     Reward,
     get_check_answer_reward,
@@ -76,20 +75,14 @@ DEFAULT_WEIGHTS: dict[str, float] = {"match_format_approximately": 1.0, "check_a
 
 
 def validate_weights(weights: Mapping[str, float]) -> dict[str, float]:
-    """Known names and finite numbers, or a RewardInputError naming the fix."""
+    """Known names and numbers within +-MAX_ABS_WEIGHT, or a RewardInputError naming the fix."""
     if not weights:
         raise RewardInputError(f"no reward function enabled: enable at least one of {', '.join(REWARDS)}")
     clean = {}
     for name, w in weights.items():
         if name not in REWARDS:
             raise RewardInputError(f"unknown reward {name!r}: choose from {', '.join(REWARDS)}")
-        try:
-            w = float(w)
-        except (TypeError, ValueError):
-            raise RewardInputError(f"weight of {name} is {w!r}: give a number such as 1.0") from None
-        if not math.isfinite(w):
-            raise RewardInputError(f"weight of {name} is {w}: give a finite number such as 1.0")
-        clean[name] = w
+        clean[name] = bounded_number(f"weight of {name}", w, MAX_ABS_WEIGHT)
     return clean
 
 

@@ -73,10 +73,9 @@ class MatchFormatExactly(Reward):
 
     def judge(self, text: str, answer: str) -> Judgement:
         pats = patterns_for(self.tags)
-        found = pats.strict_search(text)
-        if found.match is not None:
+        if pats.strict_search(text) is not None:
             return Judgement(self.score_on_match, f"strict format matched: {fmt(self.score_on_match)}")
-        return Judgement(0.0, f"{pats.why_no_strict_match(text, found)}: 0")
+        return Judgement(0.0, f"{pats.why_no_strict_match(text)}: 0")
 
 
 class MatchFormatApproximately(Reward):
@@ -116,10 +115,10 @@ class CheckAnswer(Reward):
     def judge(self, text: str, answer: str) -> Judgement:
         pats = patterns_for(self.tags)
         found = pats.strict_search(text)
-        if found.match is None:
+        if found is None:
             s = self.no_match_score
-            return Judgement(s, f"no answer extracted ({pats.why_no_strict_match(text, found)}): {fmt(s)}")
-        guess = found.match.group(1)
+            return Judgement(s, f"no answer extracted ({pats.why_no_strict_match(text)}): {fmt(s)}")
+        guess = found.text
         if guess == answer:
             return Judgement(5.0, f"answer {guess!r} equals the gold exactly: +5")
         if guess.strip() == answer.strip():
@@ -154,13 +153,11 @@ class CheckNumbers(Reward):
     def judge(self, text: str, answer: str) -> Judgement:
         pats = patterns_for(self.tags)
         found = pats.number_search(text)
-        if found.match is None:
-            why = "gave up searching (too many repeated tags)" if found.timed_out else (
-                f"no number after {self.tags.solution_start}"
-                if self.tags.solution_start in text else f"no {self.tags.solution_start} tag"
-            )
+        if found is None:
+            why = (f"no number after {self.tags.solution_start}" if self.tags.solution_start in text
+                   else f"no {self.tags.solution_start} tag")
             return Judgement(-2.5, f"{why}: -2.5")
-        guess = found.match.group(1)
+        guess = found.text
         try:
             gold = float(answer.strip())
             value = float(guess.strip().replace(",", ""))

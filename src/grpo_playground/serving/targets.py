@@ -4,6 +4,7 @@ llama.cpp, and run LoRA folders (+ registry base models) for vLLM. Found by scan
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, replace
@@ -26,8 +27,10 @@ class ChatTarget:
 
     @property
     def key(self) -> str:
-        """Stable id used as the dropdown value and in the chat API."""
-        return f"{self.backend}|{self.model}|{self.lora or ''}"
+        """Stable id used as the dropdown value and in the chat API: the backend and a digest of the files, so the
+        page never shows where the app and its runs are installed."""
+        digest = hashlib.sha256(f"{self.model}|{self.lora or ''}".encode()).hexdigest()[:16]
+        return f"{self.backend}|{digest}"
 
 
 def _registry_targets() -> list[ChatTarget]:

@@ -8,6 +8,7 @@ import signal
 import gradio as gr
 
 from grpo_playground.ui import chat_tab, compare_panel, eval_panel, sandbox_tab, training_tab
+from grpo_playground.ui.public_limits import DELETE_CACHE, configure_queue, launch_settings
 
 TITLE = "GRPO Playground"
 # Page-wide style, injected with the page (Blocks(css=) moved to launch() in gradio 6, which tests do not call):
@@ -18,7 +19,7 @@ STYLE = """<style>
 
 
 def build_demo() -> gr.Blocks:
-    with gr.Blocks(title=TITLE) as demo:
+    with gr.Blocks(title=TITLE, delete_cache=DELETE_CACHE) as demo:
         gr.Markdown(f"# {TITLE}\nSFT teaches the format, GRPO teaches correctness: see why a reward moves or stays flat.")
         gr.HTML("", head=STYLE, padding=False)
         with gr.Tabs() as tabs:
@@ -32,13 +33,8 @@ def build_demo() -> gr.Blocks:
                 eval_panel.create_eval_panel()
                 compare_panel.create_compare_panel()
         training_tab.link_to_sandbox(training, sandbox, tabs)
-    demo.queue(max_size=64, default_concurrency_limit=4)
+    configure_queue(demo)
     return demo
-
-
-# The largest upload: a completions file (sandbox, 1 MB) or a recipe (256 KiB). Gradio refuses bigger files
-# while receiving them, before any handler (or the disk) sees them.
-MAX_UPLOAD_BYTES = 1_000_000
 
 
 def launch(demo: gr.Blocks, **kwargs) -> None:
@@ -48,7 +44,7 @@ def launch(demo: gr.Blocks, **kwargs) -> None:
     demo.launch(
         server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
         server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
-        max_file_size=MAX_UPLOAD_BYTES,
+        **launch_settings(),
         **kwargs,
     )
 

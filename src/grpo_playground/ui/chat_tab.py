@@ -19,16 +19,14 @@ import os
 import queue
 import threading
 import time
+from pathlib import Path
 
 import gradio as gr
 
-from grpo_playground.data.answers import normalize_number
-from grpo_playground.eval.metrics import grade_completion
 from grpo_playground.gpu_share import GpuBusy
 from grpo_playground.jobs.control import check_owner, owner_token_required
-from grpo_playground.rewards import DEFAULT_WEIGHTS, REWARDS, RewardInputError, score_group
-from grpo_playground.rewards.group import explain_extraction
-from grpo_playground.run_layout import run_of, run_settings
+from grpo_playground.rewards import DEFAULT_WEIGHTS, REWARDS
+from grpo_playground.run_layout import exports_dir, run_of, run_settings, runs_dir
 from grpo_playground.serving import (
     LLAMA_CPP,
     POOL,
@@ -43,6 +41,7 @@ from grpo_playground.serving import (
     vllm_unavailable_reason,
 )
 from grpo_playground.tags import DEFAULT_TAGS, Tags, system_prompt
+from grpo_playground.ui.chat_scores import ReplyScores
 
 SLOTS = 3
 MAX_INPUT_CHARS = 4000
@@ -79,9 +78,21 @@ def target_choices() -> list[tuple[str, str]]:
 
 
 def api_targets() -> list[dict]:
-    """The checkpoints this machine can chat with, as the pickers list them (API /chat_targets)."""
-    return [{"key": t.key, "label": t.label, "backend": t.backend, "model": t.model, "lora": t.lora}
-            for t in runnable_targets()]
+    """The checkpoints this machine can chat with, as the pickers list them (API /chat_targets); files named from
+    the runs or exports folder, never by an absolute path (a visitor learns nothing of the install)."""
+    return [{"key": t.key, "label": t.label, "backend": t.backend, "model": _public(t.model),
+             "lora": _public(t.lora) if t.lora else None} for t in runnable_targets()]
+
+
+def _public(location: str) -> str:
+    """A model's location as a visitor may see it: runs/..., exports/..., a hub id, or a bare file name."""
+    path = Path(location)
+    if not path.is_absolute():
+        return location  # a hub id
+    for root, name in ((runs_dir(), "runs"), (exports_dir(), "exports")):
+        if path.is_relative_to(root):
+            return f"{name}/{path.relative_to(root)}"
+    return path.name
 
 
 def checkpoint_settings(target) -> tuple[Tags, dict[str, float]]:
@@ -133,37 +144,6 @@ def check_request(message: str, gold: str, keys: list[str], system: str, max_tok
         raise gr.Error(f"The system prompt is {len(system)} characters long: keep it under {MAX_SYSTEM_CHARS}.")
     if not 1 <= int(max_tokens) <= MAX_TOKENS_LIMIT:
         raise gr.Error(f"Max tokens must be between 1 and {MAX_TOKENS_LIMIT}.")
-
-
-def score_table(labels: list[str], replies: list[str | None], gold: str, rewards: list[str],
-                settings: list[tuple[Tags, dict[str, float]]] | None = None) -> str:
-    """Markdown: per checkpoint, what the SOLUTION tags hold and, given the gold answer, each chosen reward, with
-    each checkpoint's own tags and reward weights (`settings`, one per label; default: the defaults)."""
-    names = list(rewards or [])
-    head = ["checkpoint", "SOLUTION content"] + (["answer"] if gold else []) + (names + ["total"] if gold and names else [])
-    rows = []
-    for label, reply, (tags, run_weights) in zip(labels, replies, settings or [(DEFAULT_TAGS, DEFAULT_WEIGHTS)] * len(labels)):
-        if reply is None:
-            continue
-        weights = {name: run_weights.get(name, DEFAULT_WEIGHTS.get(name, 1.0)) for name in names}
-        strict, number, _, _ = explain_extraction(reply, tags)
-        solution = strict if strict is not None else (f"(no strict match; first number: {number})" if number else "(none)")
-        row = [label, solution.replace("|", "\\|").replace("\n", " ")[:200]]
-        if gold:  # plain words, as the Evaluate tab counts it: in format and equal to the gold
-            row.append("✓ right" if grade_completion(reply, normalize_number(gold) or gold, tags).correct else "✗ wrong")
-        if gold and weights:
-            try:
-                scored = score_group([reply], gold, weights, tags, scale="none").completions[0]
-                row += [f"{scored.scores[n]:g}" for n in weights] + [f"**{scored.total:g}**"]
-            except (RewardInputError, ValueError) as error:
-                row += ["-"] * len(weights) + [f"cannot score: {error}"]
-        rows.append(row)
-    if not rows:
-        return ""
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
-    if not gold:
-        lines.append("\nGive the gold answer to score the replies with the rewards.")
-    return "\n".join(lines)
 
 
 def backends_status() -> str:
@@ -263,7 +243,7 @@ def chat(message: str, gold: str, model_1: str, model_2: str, model_3: str, temp
     settings = {"temperature": float(temperature), "top_p": float(top_p), "max_tokens": int(max_tokens)}
     gold = (gold or "").strip()
     replies: list[str | None] = [None] * SLOTS
-    finished: list[str | None] = [None] * SLOTS  # replies are scored once complete
+    scores = ReplyScores(gold, rewards)  # each reply scored once, when it finishes
     notes: list[str] = []
     out: queue.Queue = queue.Queue()
     running = 0
@@ -288,9 +268,7 @@ def chat(message: str, gold: str, model_1: str, model_2: str, model_3: str, temp
             if reply is not None:
                 content = for_display(reply, trained[slot][0])
                 state["display"][slot][-1]["content"] = content or (waiting[slot] or "")
-        labels = [known[k].label if k else "" for k in keys]
-        return (*[list(d) for d in state["display"]], score_table(labels, finished, gold, rewards, trained),
-                "\n\n".join(notes), state)
+        return (*[list(d) for d in state["display"]], scores.markdown(), "\n\n".join(notes), state)
 
     yield view()
     last = shown = time.monotonic()
@@ -309,7 +287,8 @@ def chat(message: str, gold: str, model_1: str, model_2: str, model_3: str, temp
             replies[slot] += text
         elif kind == "done":
             running -= 1
-            finished[slot], waiting[slot] = replies[slot], None
+            waiting[slot] = None
+            scores.add(slot, known[keys[slot]].label, replies[slot], trained[slot])
         else:
             waiting[slot] = None
             notes.append(f"**{known[keys[slot]].label}**: {text}")

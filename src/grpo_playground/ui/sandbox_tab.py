@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import gradio as gr
 import pandas as pd
 
-from grpo_playground.data.answers import gold_answer_problem
 from grpo_playground.jobs.control import check_owner, owner_token_required
 from grpo_playground.rewards import (
     DEFAULT_WEIGHTS,
@@ -30,9 +29,9 @@ from grpo_playground.rewards import (
     check_design,
     score_group,
 )
-from grpo_playground.rewards.equivalence import request_deadline
+from grpo_playground.rewards.scoring_request import check_gold, scoring_request
 from grpo_playground.tags import DEFAULT_TAGS, Tags
-from grpo_playground.ui.sandbox_input import join_group, read_completions_file, split_group
+from grpo_playground.ui.sandbox_input import MAX_PASTE_CHARS, join_group, read_completions_file, split_group
 from grpo_playground.ui.sandbox_render import render_details, render_report
 
 NAMES = list(REWARDS)
@@ -100,25 +99,20 @@ def compute(completions_text, answer, enabled, scale, rs, re_, ss, se, code, tok
         raise RewardInputError("a custom reward takes one gold answer for the group: give one answer, not one each")
     custom = _custom_scores(code, completions, answers[0]) if completions else None
     gold = answers[0] if len(answers) == 1 else answers
-    with request_deadline():  # one request's math-verify time is bounded: others keep their checkers
+    # one budget for the whole request, design check included: others keep their share
+    with scoring_request(sum(map(len, completions))):
         group = score_group(completions, gold, chosen, tags, scale, {"custom": custom} if custom else None)
-    return group, check_design(chosen, tags)
+        return group, check_design(chosen, tags)
 
 
 def gold_answers(text: str | None, n_completions: int) -> list[str]:
     """The gold answer box: one answer for the group, or one per completion separated by lines `---` (what an
     uploaded file with an answer per row fills in). Each must be a number the rewards can compare."""
-    answers = [a.strip() for a in split_group(text or "")] or [""]
-    if not answers[0]:
-        raise RewardInputError("give the gold answer (the final answer only, e.g. 42)")
+    answers = split_group(text or "") or [""]
     if len(answers) > 1 and len(answers) != n_completions:
         raise RewardInputError(f"{len(answers)} gold answers for {n_completions} completions: give one answer for "
                                "the group, or exactly one per completion (separated by lines ---)")
-    for gold in answers:
-        problem = gold_answer_problem(gold)
-        if problem:
-            raise RewardInputError(problem)
-    return answers
+    return [check_gold(gold) for gold in answers]
 
 
 def _frame(group: GroupScore) -> pd.DataFrame:
@@ -204,6 +198,7 @@ def create_sandbox_tab() -> SandboxInputs:
     with gr.Row():
         with gr.Column(scale=2):
             completions = gr.Textbox(join_group(EXAMPLE_GROUP), lines=14, max_lines=30, label="completions",
+                                     max_length=MAX_PASTE_CHARS,
                                      info="one per block; separate blocks with a line ---", elem_id="sandbox-completions")
             answer = gr.Textbox(EXAMPLE_ANSWER, label="gold answer", max_length=1000, lines=1, max_lines=8,
                                 info="a number; or one per completion, separated by lines --- (an uploaded file "

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import gradio as gr
+from gradio.utils import get_upload_folder
 
 from grpo_playground import jobs
 from grpo_playground.cli.args import TrainArgs
@@ -90,7 +91,7 @@ def build_form_part() -> FormPart:
                                     info="all: SFT then GRPO; preflight: only sample a few groups and score them")
                 start = gr.Button("Start", variant="primary", scale=1, elem_id="training-start")
             token = gr.Textbox(label="Owner token", type="password", visible=jobs.owner_token_required(),
-                               info="needed to start, stop, resume and export on a shared app; visitors can watch")
+                               info="needed to start, stop, resume, export and save a recipe file on a shared app; visitors can watch")
             message = gr.Markdown(elem_id="training-form-msg")
             default_file = f"recipes/{DEFAULT_RECIPE}.yaml"
             cli = gr.Code(cli_for_recipe(default_file, "all"), label="Equivalent CLI (the loaded recipe plus your edits)",
@@ -143,12 +144,16 @@ def wire_form(part: FormPart, started: list, on_start) -> None:
             edits = []
         return "Recipe is valid.", cli_for_recipe(file, stage_value, edits)
 
-    def save_form(*values):
+    def save_form(token_value, *values):
         try:
+            jobs.check_owner(token_value, "saving a recipe file")  # a stranger's click writes nothing to disk
             config = config_from_values(specs, list(values))
         except USER_ERRORS as exc:
             raise user_error(exc) from None
-        path = Path(tempfile.mkdtemp(prefix="recipe-")) / f"{config.name}.yaml"
+        # In Gradio's temp folder: served from there as it is, and deleted with it (Blocks(delete_cache=...)).
+        folder = Path(get_upload_folder())
+        folder.mkdir(parents=True, exist_ok=True)
+        path = Path(tempfile.mkdtemp(prefix="recipe-", dir=folder)) / f"{config.name}.yaml"
         path.write_text(dump_recipe(config), encoding="utf-8")
         return (gr.update(value=str(path), visible=True), cli_for_recipe(path.name, "all"),
                 (path.name, config_to_dict(config)))
@@ -167,5 +172,5 @@ def wire_form(part: FormPart, started: list, on_start) -> None:
     part.upload.upload(load_uploaded, part.upload, loaded_outputs, **ui)
     gr.on([c.input for c in fields] + [part.stage.change], check_form, [part.stage, part.loaded_from, *fields],
           [part.message, part.cli], **ui)
-    part.save.click(save_form, fields, [part.saved, part.cli, part.loaded_from], **ui)
+    part.save.click(save_form, [part.token, *fields], [part.saved, part.cli, part.loaded_from], **ui)
     part.start.click(start_from_form, [part.stage, part.token, *fields], started, **ui)

@@ -1,0 +1,209 @@
+"""What a public app bounds before any handler runs: request bodies, temp uploads, each event's inputs, sessions,
+and how the Gradio queue is shared.
+
+Gradio 6.31 alone accepts a /queue/join body of any size, stores every input value in its session (up to
+10,000 sessions of ~0.6 MB each before any input) before a handler runs, does not enforce a Textbox's
+`max_length` on the server, caps uploads per file only and keeps them, downloads a file input given as a URL,
+and has one queue size for every event: a stranger's slow scoring requests filled it and then every event of
+every user got HTTP 503 "Queue is full". Each constant below closes one of those; `bound_queue` and
+`RequestLimits` apply them, `launch_settings` passes the rest to `demo.launch`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import gradio as gr
+from gradio.components.api_component import Api
+from gradio_client.utils import is_http_url_like
+
+from grpo_playground.config.recipe_io import MAX_RECIPE_BYTES
+from grpo_playground.rewards.custom import MAX_CODE_CHARS
+
+MONITORING_ENV = "GRPO_PLAYGROUND_MONITORING"
+MAX_UPLOAD_BYTES = 1_000_000  # one file: a completions file (1 MB) or a recipe (256 KiB), refused while arriving
+MAX_UPLOAD_BODY_BYTES = MAX_UPLOAD_BYTES + 64 * 1024  # one upload request: one such file and its multipart headers
+MAX_UPLOADS_BYTES = 256 * 1024 * 1024  # everyone's temp uploads together
+MAX_UPLOADS_FILES = 2_000
+UPLOAD_PATH = "/gradio_api/upload"
+# Any other request: the largest is a 200,000-character paste, which JSON-escaped (\uXXXX) stays under 3 MB.
+MAX_BODY_BYTES = 3 * 1024 * 1024
+DELETE_CACHE = (60, 600)  # every minute, temp files (uploads included) older than 10 minutes are deleted
+# Sessions Gradio keeps: ~0.64 MB of per-session config each (measured) plus the inputs bounded below (~1 MB of
+# characters for one session that fills every box); past it the least recently used is dropped (its page then
+# starts afresh), so all sessions together stay within ~1-2 GB.
+SESSION_CAPACITY = 500
+MAX_INPUT_CHARS = 4_096  # an input without its own max_length: numbers, choices, names, tokens, file references
+MAX_API_INPUT_CHARS = MAX_RECIPE_BYTES  # a gr.api parameter: the largest is a recipe's YAML text
+# Gradio runs at most MAX_THREADS events at once. The named groups that strangers share (scoring, chat, eval,
+# comparison) may hold at most MAX_THREADS - RESERVED_THREADS of them, so the owner's actions, the timers and every
+# other event (each its own group) always find a free one.
+MAX_THREADS = 40
+RESERVED_THREADS = 16
+WAITING_PER_SLOT = 3  # a group keeps at most this many waiting events per concurrency slot (at least MIN_WAITING)
+MIN_WAITING = 16
+
+
+def monitoring_enabled() -> bool:
+    """Gradio's /monitoring dashboard (every event's timings) only when the owner asks for it."""
+    return os.environ.get(MONITORING_ENV, "").strip() == "1"
+
+
+def input_limit(block) -> int:
+    """How many characters (serialized, for a non-text value) an input of this component may carry."""
+    if getattr(block, "max_length", None):
+        return block.max_length
+    if isinstance(block, gr.Code):
+        return MAX_CODE_CHARS  # a custom reward's source
+    return MAX_API_INPUT_CHARS if isinstance(block, Api) else MAX_INPUT_CHARS
+
+
+def input_problem(block, value) -> str | None:
+    """Why an event's value for `block` is refused before it is queued or stored, or None."""
+    if value is None:
+        return None
+    size = len(value) if isinstance(value, str) else len(json.dumps(value, default=str))
+    name = getattr(block, "label", None) or type(block).__name__
+    if size > input_limit(block):
+        return f"{name!r} holds {size:,} characters: the limit is {input_limit(block):,}"
+    if _linked_file(value):
+        return f"{name!r} names a file by URL: upload the file instead"
+    return None
+
+
+def _linked_file(value) -> bool:
+    """A file input pointing at a URL: Gradio would download it, with no size limit, into its temp folder."""
+    if isinstance(value, dict):
+        return is_http_url_like(value.get("path")) or any(_linked_file(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_linked_file(v) for v in value)
+    return False
+
+
+def _validation_error(block, problem: str) -> dict:
+    name = getattr(block, "label", None) or type(block).__name__.lower()
+    return {"__type__": "validate", "is_valid": False, "parameter_name": name,
+            "message": f"refused before queueing: {problem}"}
+
+
+def waiting_limit(concurrency_limit) -> int:
+    slots = concurrency_limit if isinstance(concurrency_limit, int) else 1
+    return max(MIN_WAITING, WAITING_PER_SLOT * slots)
+
+
+def configure_queue(demo: gr.Blocks) -> None:
+    """The app's queue. api_open=False: /gradio_api/run/* refuses queued events, so every call waits its turn,
+    with or without SPACE_ID. No shared max_size: each concurrency group has its own bound (bound_queue)."""
+    demo.queue(api_open=False, max_size=None, default_concurrency_limit=4)
+    bound_queue(demo)
+
+
+def bound_queue(demo: gr.Blocks) -> None:
+    """Give every concurrency group its own bound on waiting events, and refuse oversized inputs before they are
+    queued (so a refused paste is never held, in the queue or in a session)."""
+    queue = demo._queue
+    shared: dict[str, int] = {}
+    for fn in demo.fns.values():
+        if str(fn.concurrency_id).isdigit():
+            continue  # Gradio's default id: the event is a group of its own
+        limit = fn.concurrency_limit if isinstance(fn.concurrency_limit, int) else queue.default_concurrency_limit or 1
+        shared[fn.concurrency_id] = min(shared.get(fn.concurrency_id, limit), limit)  # Gradio keeps the smallest
+    held = sum(shared.values())
+    if held > MAX_THREADS - RESERVED_THREADS:
+        raise ValueError(f"the shared concurrency groups {shared} take {held} of {MAX_THREADS} event slots: keep them "
+                         f"under {MAX_THREADS - RESERVED_THREADS} so the owner's actions and the timers keep theirs")
+    push = queue.push
+
+    async def bounded_push(body, request, username):
+        fn = demo.fns.get(body.fn_index) if body.fn_index is not None else None
+        if fn is None:
+            return await push(body, request, username)  # Gradio's own error for a missing or unknown fn_index
+        problems = [(block, input_problem(block, value)) for block, value in zip(fn.inputs, body.data)]
+        # Values past the event's inputs (Gradio ignores them) and its event data would still wait in the queue.
+        for what, extra in (("values past the event's inputs", body.data[len(fn.inputs):]),
+                            ("event data", body.event_data)):
+            if extra and len(json.dumps(extra, default=str)) > MAX_INPUT_CHARS:
+                problems.append((None, f"{what} over {MAX_INPUT_CHARS:,} characters"))
+        refused = [_validation_error(block, problem) for block, problem in problems if problem]
+        if refused:  # Gradio's own validation reply (HTTP 422): the page and gradio_client show each message
+            return False, refused, "validator_error"
+        group = queue.event_queue_per_concurrency_id.get(fn.concurrency_id)
+        if group is not None and len(group.queue) >= waiting_limit(group.concurrency_limit):
+            return (False, f"busy: {len(group.queue)} requests of this kind are waiting; try again in a few seconds",
+                    "queue_full")
+        return await push(body, request, username)
+
+    queue.push = bounded_push
+
+
+def folder_usage(folder: Path) -> tuple[int, int]:
+    """(bytes, files) under `folder`."""
+    size = files = 0
+    for root, _, names in os.walk(folder):
+        for name in names:
+            try:
+                size += os.lstat(os.path.join(root, name)).st_size
+            except FileNotFoundError:
+                continue  # deleted meanwhile (the cache cleanup)
+            files += 1
+    return size, files
+
+
+class RequestLimits:
+    """ASGI middleware in front of every route: a body must declare its length (Content-Length), which must fit
+    the route's limit, and an upload must also fit what everyone's temp uploads may hold together. Refused
+    before a byte of the body is read."""
+
+    def __init__(self, app, upload_dir: str):
+        self.app = app
+        self.upload_dir = Path(upload_dir)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            refusal = self._refusal(scope)
+            if refusal:
+                status, message = refusal
+                await send({"type": "http.response.start", "status": status,
+                            "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")]})
+                await send({"type": "http.response.body", "body": message.encode()})
+                return
+        await self.app(scope, receive, send)
+
+    def _refusal(self, scope) -> tuple[int, str] | None:
+        headers = dict(scope["headers"])
+        declared = headers.get(b"content-length")
+        if declared is None:
+            if b"chunked" in headers.get(b"transfer-encoding", b""):
+                return 411, "send the request with a Content-Length"
+            return None
+        try:
+            length = int(declared)
+        except ValueError:
+            return 400, "Content-Length is not a number"
+        upload = scope["path"].rstrip("/").endswith(UPLOAD_PATH)
+        limit = MAX_UPLOAD_BODY_BYTES if upload else MAX_BODY_BYTES
+        if length > limit:
+            what = "an upload request" if upload else "a request"
+            return 413, f"{what} of {length:,} bytes: the limit is {limit:,} (upload one file of at most {MAX_UPLOAD_BYTES:,} bytes)"
+        if upload:
+            used, files = folder_usage(self.upload_dir)
+            if used + length > MAX_UPLOADS_BYTES or files >= MAX_UPLOADS_FILES:
+                return 507, "the server's upload space is full: try again in a few minutes (old uploads are deleted)"
+        return None
+
+
+def launch_settings() -> dict:
+    """What `demo.launch` needs besides the address, so tests serve the app with the settings a Space gets."""
+    from gradio.utils import get_upload_folder
+    from starlette.middleware import Middleware
+
+    return {
+        "max_file_size": MAX_UPLOAD_BYTES,
+        "max_threads": MAX_THREADS,
+        "state_session_capacity": SESSION_CAPACITY,
+        "enable_monitoring": monitoring_enabled(),
+        "num_workers": 0,  # no static-file worker processes: every upload passes RequestLimits
+        "app_kwargs": {"middleware": [Middleware(RequestLimits, upload_dir=get_upload_folder())]},
+    }
