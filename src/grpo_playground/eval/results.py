@@ -83,19 +83,6 @@ def results_table(results: list[dict]) -> list[list]:
     ]
 
 
-def chart_rows(results: list[dict]) -> list[dict]:
-    """Long-form rows for a bar chart: one bar per (metric, checkpoint), coloured by checkpoint."""
-    def short(label: str) -> str:  # run folders have long names; the legend carries the full one
-        return label if len(label) <= 22 else "…" + label[-21:]
-
-    return [
-        {"bar": f"{metric} | {short(checkpoint_label(r['model']))}", "metric": metric,
-         "checkpoint": checkpoint_label(r["model"]), "value": r[metric]}
-        for metric in CHART_METRICS
-        for r in results
-    ]
-
-
 def latest_per_checkpoint(results: list[dict], data: str | None = None) -> list[dict]:
     """The newest result of each checkpoint (on `data` when given): what the comparison chart shows."""
     latest: dict[str, dict] = {}

@@ -26,14 +26,25 @@ def build_demo() -> gr.Blocks:
                 training = training_tab.create_training_tab()
             with gr.Tab("Reward sandbox", id="sandbox"):
                 sandbox = sandbox_tab.create_sandbox_tab()
-            with gr.Tab("Chat", id="chat"):
-                chat_tab.create_chat_tab()
+            with gr.Tab("Chat", id="chat") as chat:
+                chat_parts = chat_tab.create_chat_tab()
             with gr.Tab("Evaluate", id="evaluate"):
                 eval_panel.create_eval_panel()
                 compare_panel.create_compare_panel()
         training_tab.link_to_sandbox(training, sandbox, tabs)
+        follow_disk(chat, chat_parts)
     demo.queue(max_size=64, default_concurrency_limit=4)
     return demo
+
+
+def follow_disk(chat: gr.Tab, parts: dict) -> None:
+    """The Chat tab's lists follow the disk: read again on page load and whenever the tab is opened, so a GGUF
+    exported or a run trained since the server started is listed without pressing "Refresh list"."""
+    def current():
+        return [gr.Dropdown(choices=chat_tab.target_choices()) for _ in parts["pickers"]] + [chat_tab.backends_status()]
+
+    gr.on([chat.select], current, None, [*parts["pickers"], parts["status"]], api_visibility="private")
+    gr.on(None, current, None, [*parts["pickers"], parts["status"]], api_visibility="private")  # page load
 
 
 # The largest upload: a completions file (sandbox, 1 MB) or a recipe (256 KiB). Gradio refuses bigger files

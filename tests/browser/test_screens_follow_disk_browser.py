@@ -1,0 +1,74 @@
+"""Screens that follow the disk without a reload or "Refresh list": a run trained, a GGUF exported or an evaluation
+saved after the page opened shows up in the Evaluate and Chat pickers and the Evaluate chart.
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/browser/test_screens_follow_disk_browser.py
+
+Run folders and results are written here in the formats the jobs write (docs/ARCHITECTURE.md), after the page
+has loaded: the lists were fixed when the server started, so neither a reload nor the timer showed them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+expect = pytest.importorskip("playwright.sync_api").expect
+
+RUN_ID = "20991231-235959-fresh-0003"
+
+
+def runs() -> Path:
+    return Path(os.environ["GRPO_PLAYGROUND_RUNS_DIR"])
+
+
+def write_adapter(stage: str) -> Path:
+    """A run with a saved stage adapter, as the job leaves it (eval lists adapter folders)."""
+    run = runs() / RUN_ID
+    (run / stage).mkdir(parents=True, exist_ok=True)
+    (run / "status.json").write_text(json.dumps({"state": "finished", "stage": stage, "step": 4, "max_steps": 4}))
+    (run / stage / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "assets/tiny"}))
+    return run / stage
+
+
+def save_result(model: Path, accuracy: float, stamp: str) -> None:
+    from grpo_playground.eval import results as store
+
+    result = {"model": str(model), "data": "generator:test", "n": 100, "format_rate": 0.9, "accuracy": accuracy,
+              "accuracy_se": 0.05, "lenient_accuracy": accuracy, "mean_completion_tokens": 40.0,
+              "recheck_rate": 0.0, "seconds": 3.0}
+    (store.evals_dir() / f"{stamp}-{model.parent.name}-{model.name}.json").write_text(json.dumps(result))
+
+
+def test_the_evaluate_tab_follows_new_runs_and_results_without_a_reload(page):
+    page.get_by_role("tab", name="Evaluate").click()
+    page.locator("#eval-status").wait_for()
+    sft, grpo = write_adapter("sft"), write_adapter("grpo")  # trained after the page opened
+    picker = page.locator("#eval-checkpoints input")
+    picker.click()
+    expect(page.get_by_role("option", name=f"{RUN_ID}/grpo")).to_be_visible()
+    picker.press("Escape")
+    # an evaluation finishing while the page is open redraws the chart and says what it means
+    save_result(sft, 0.42, "20991231-235960")
+    save_result(grpo, 0.40, "20991231-235961")
+    chart = page.locator("#eval-chart")
+    expect(chart.locator("svg.marks")).to_contain_text(f"{RUN_ID}/grpo")
+    expect(chart.locator("svg.marks")).to_contain_text("accuracy")
+    assert "NaN" not in chart.inner_text()
+    expect(page.locator("#eval-verdict")).to_contain_text("GRPO vs SFT: -2.0 points of accuracy, within noise")
+
+
+def test_the_chat_tab_lists_a_gguf_exported_after_the_page_opened(page):
+    from grpo_playground.serving import llamacpp_unavailable_reason
+
+    if llamacpp_unavailable_reason():
+        pytest.skip(f"llama.cpp is not available here: {llamacpp_unavailable_reason()}")
+    page.locator("#training-screens").wait_for()
+    export = runs() / RUN_ID / "export" / "grpo"
+    export.mkdir(parents=True, exist_ok=True)
+    (export / f"{RUN_ID}-grpo.q4_k_m.gguf").write_bytes(b"GGUF")  # listed by name; nothing loads it here
+    page.get_by_role("tab", name="Chat").click()
+    page.locator("#chat-model-2 input").click()
+    expect(page.get_by_role("option", name=f"{RUN_ID}-grpo.q4_k_m.gguf", exact=False)).to_be_visible()
