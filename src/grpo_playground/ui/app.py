@@ -7,13 +7,20 @@ import signal
 
 import gradio as gr
 
-from grpo_playground.ui import chat_tab, compare_panel, eval_panel, sandbox_tab, training_tab
+from grpo_playground.ui import chat_tab, compare_panel, eval_panel, run_summary, sandbox_tab, training_tab
 
 TITLE = "GRPO Playground"
 # Page-wide style, injected with the page (Blocks(css=) moved to launch() in gradio 6, which tests do not call):
-# table headers of reward names stay on one line (they wrapped one letter a line beside long completions).
+# table headers of reward names stay on one line (they wrapped one letter a line beside long completions); the
+# doctor's findings are cards whose severity reads at a glance (red error, amber warning, grey info).
 STYLE = """<style>
-#training-samples th *, #training-findings th *, #eval-table th *, #chat-scores th { white-space: nowrap !important; }
+#training-samples th *, #eval-table th *, #chat-scores th { white-space: nowrap !important; }
+.doctor-finding { border-left: 4px solid #9ca3af; padding: 4px 8px; margin: 6px 0; overflow-wrap: anywhere; }
+.doctor-finding .doctor-severity { font-weight: 700; padding: 0 6px; border-radius: 4px; color: #fff;
+  background: #6b7280; }
+.doctor-error { border-left-color: #dc2626; } .doctor-error .doctor-severity { background: #dc2626; }
+.doctor-warning { border-left-color: #d97706; } .doctor-warning .doctor-severity { background: #b45309; }
+.doctor-knob { font-weight: 600; }
 </style>"""
 
 
@@ -29,10 +36,13 @@ def build_demo() -> gr.Blocks:
             with gr.Tab("Chat", id="chat") as chat:
                 chat_parts = chat_tab.create_chat_tab()
             with gr.Tab("Evaluate", id="evaluate"):
-                eval_panel.create_eval_panel()
+                evaluate = eval_panel.create_eval_panel()
                 compare_panel.create_compare_panel()
         training_tab.link_to_sandbox(training, sandbox, tabs)
         follow_disk(chat, chat_parts)
+        run = training.run
+        run_summary.link_next_steps([run.next_chat, run.export_chat, run.next_eval], run.view, tabs,
+                                    chat_parts["pickers"][0], evaluate["checkpoints"], run.message)
     demo.queue(max_size=64, default_concurrency_limit=4)
     return demo
 
