@@ -17,6 +17,7 @@ from pathlib import Path
 from grpo_playground import run_layout
 from grpo_playground.run_layout import STOP_FILE, read_status, write_status
 from grpo_playground.training.multigpu import is_main_process
+from grpo_playground.training.progress import say
 
 
 def _jsonable(value):
@@ -64,7 +65,7 @@ class RunFolder:
         """One line to stdout, which the launcher appends to log.txt (the job's stdout is that file)."""
         if not self.writer:
             return
-        print(f"[train] {time.strftime('%H:%M:%S')} {message}", flush=True)
+        say(f"[train] {time.strftime('%H:%M:%S')} {message}")  # above the terminal's progress bar, if any
 
     def append(self, name: str, record: dict) -> None:
         if not self.writer:

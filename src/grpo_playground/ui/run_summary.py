@@ -16,8 +16,8 @@ from grpo_playground import jobs
 from grpo_playground.eval import results as store
 from grpo_playground.rewards.group import explain_extraction
 from grpo_playground.run_layout import TRAINED_STAGES, adapter_dir, run_settings, stage_done
+from grpo_playground.step_timing import clock
 from grpo_playground.tags import DEFAULT_TAGS
-from grpo_playground.ui import run_views
 
 
 def _format_rate(sample: dict | None, run_dir: Path) -> str:
@@ -54,10 +54,10 @@ def summary_markdown(info: jobs.RunInfo, metrics: list[dict], sample: dict | Non
     stage_seconds = {s: v for s, v in (info.status.get("stage_seconds") or {}).items() if isinstance(v, (int, float))}
     head = "**Finished**"
     if stage_seconds:
-        head += f" in {run_views.duration(sum(stage_seconds.values()))} (" + \
-            ", ".join(f"{s} {run_views.duration(v)}" for s, v in stage_seconds.items()) + ")"
+        head += f" in {clock(sum(stage_seconds.values()))} (" + \
+            ", ".join(f"{s} {clock(v)}" for s, v in stage_seconds.items()) + ")"
     elif info.status.get("started") and info.status.get("updated"):
-        head += f" in {run_views.duration(float(info.status['updated']) - float(info.status['started']))}"
+        head += f" in {clock(float(info.status['updated']) - float(info.status['started']))}"
     facts = []
     rewards = [m["reward"] for m in metrics if m.get("stage") == "grpo" and isinstance(m.get("reward"), (int, float))]
     if rewards:

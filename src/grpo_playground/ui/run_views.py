@@ -14,7 +14,7 @@ import pandas as pd
 
 from grpo_playground.jobs import RunInfo
 from grpo_playground.run_layout import RECIPE_FILE, TRAINED_STAGES
-from grpo_playground.step_timing import PHASES, phase_key
+from grpo_playground.step_timing import PHASES, clock, phase_key
 
 CURRENT_STAGE = "current"
 
@@ -104,12 +104,6 @@ def compare_frame(runs: dict[str, list[dict]], key: str, stage: str | None) -> p
     return pd.DataFrame(rows, columns=FRAME_COLUMNS)
 
 
-def duration(seconds: float) -> str:
-    seconds = int(max(0, seconds))
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
-
-
 def progress(status: dict, metrics: list[dict]) -> dict:
     """Stage, step, fraction done and ETA of the current stage (from the pace of its logged steps)."""
     stage = status.get("stage") or (metrics[-1].get("stage") if metrics else None)
@@ -152,7 +146,7 @@ def overall_eta(stage: str | None, stage_eta: float | None, plan: list[tuple[str
     if any(budget is None for _, budget in later):
         return " · then " + ", ".join(name for name, _ in later) + " (no time budget: ETA once it starts)"
     total = stage_eta + sum(budget for _, budget in later)
-    return f" · at most {duration(total)} in all (then {', '.join(f'{n} up to {duration(b)}' for n, b in later)})"
+    return f" · at most {clock(total)} in all (then {', '.join(f'{n} up to {clock(b)}' for n, b in later)})"
 
 
 # status.json key the job sets while a run waits after a pre-flight ERROR (training.job.PAUSED_KEY)
@@ -179,7 +173,7 @@ def progress_markdown(info: RunInfo, metrics: list[dict], plan: list[tuple[str, 
         filled = int(20 * (p["fraction"] or 0))
         line += f" · step {p['step']}/{p['max_steps']} `{'#' * filled}{'.' * (20 - filled)}` {p['fraction']:.0%}"
     if p["eta_s"] is not None and info.state == "running":
-        line += f" · ETA {duration(p['eta_s'])} (this stage)" + overall_eta(p["stage"], p["eta_s"], list(plan))
+        line += f" · ETA {clock(p['eta_s'])} (this stage)" + overall_eta(p["stage"], p["eta_s"], list(plan))
     return line + (f"\n\n{reason}" if reason else "")
 
 
