@@ -246,6 +246,18 @@ def save_recipe(cfg: RunConfig, path: str | Path) -> Path:
     return path
 
 
+def override_keys_help(width: int = 100) -> str:
+    """Every key `--set` takes, section by section, read from the dataclasses (so the list cannot drift)."""
+    import textwrap
+    from dataclasses import fields
+
+    lines = ["keys for --set SECTION.KEY=VALUE, the recipe file's own keys (values in YAML syntax):", "  name"]
+    for section, cls in SECTIONS.items():
+        keys = ", ".join(f"{section}.{f.name}" for f in fields(cls))
+        lines += textwrap.wrap(keys, width, initial_indent="  ", subsequent_indent="    ")
+    return "\n".join(lines)
+
+
 def apply_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
     """Apply `section.key=value` strings (values in YAML syntax), e.g. `grpo.max_steps=5` -> a new config."""
     data = config_to_dict(cfg)
