@@ -203,7 +203,7 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
     if run_id is None:
         tick.progress = "No runs yet: pick a recipe in **1. Set up a run** and press Start."
         tick.charts = [chart_update(None, chart) for chart in run_views.CHARTS]
-        tick.stop = tick.resume = gr.update(interactive=False)
+        tick.stop, tick.resume = control_updates(None)
         return tick
     feed = view["feed"]
     changed = feed.poll() or view["status"] is None
@@ -214,8 +214,7 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
         view["later_stages"] = run_views.later_stage_budgets(info)
     if changed or status_changed:
         tick.progress = run_views.progress_markdown(info, feed.metrics, view["later_stages"])
-        tick.stop = gr.update(interactive=info.state in jobs.ACTIVE_STATES)
-        tick.resume = gr.update(interactive=info.state in ("stopped", "failed"))
+        tick.stop, tick.resume = control_updates(info)
     shown_stage = None if chart_stage in (None, run_views.CURRENT_STAGE) else chart_stage
     if changed or shown_stage != view["chart_stage"]:
         view["chart_stage"] = shown_stage
@@ -236,6 +235,12 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
     if message_for and (message_for[0] != run_id or message_for[1] != info.state):
         tick.message = ""  # stale: that run's state has moved on
     return tick
+
+
+def control_updates(info: jobs.RunInfo | None) -> tuple[dict, dict]:
+    """Stop and Resume, each enabled only when it can act on the run on screen."""
+    state = info.state if info else None
+    return gr.update(interactive=state in jobs.ACTIVE_STATES), gr.update(interactive=state in ("stopped", "failed"))
 
 
 def _summary(tick: Tick, info: jobs.RunInfo, changed: bool) -> None:
@@ -334,10 +339,10 @@ def wire_run_view(run: RunViewPart, history: HistoryPart, timer: gr.Timer, token
         """On page load: the run the tab will show, so the picker is never empty while a run is on screen; while
         a job runs, its live screen (a reopened browser landed on "Set up a run", saying nothing of it)."""
         infos = jobs.list_runs()
-        shown = pick_default(infos)
+        shown = next((i for i in infos if i.run_id == pick_default(infos)), None)
         active = any(i.state in jobs.ACTIVE_STATES for i in infos)
-        return gr.Dropdown(choices=[i.run_id for i in infos], value=shown), \
-            gr.Tabs(selected=LIVE_SCREEN) if active else gr.skip()
+        return (gr.Dropdown(choices=[i.run_id for i in infos], value=shown and shown.run_id),
+                gr.Tabs(selected=LIVE_SCREEN) if active else gr.skip(), *control_updates(shown))
 
     def tick(run_id, view, compare_id, compare_key, message_for, chart_stage):
         return tick_updates(poll(run_id, view, compare_id, compare_key, message_for, chart_stage), run, history)
@@ -349,7 +354,7 @@ def wire_run_view(run: RunViewPart, history: HistoryPart, timer: gr.Timer, token
     export_inputs = [run.run_pick, run.view, run.export_stage, run.gguf_types, token]
     run.export.click(export_selected, export_inputs, run.export_status, **ui)
     run.next_export.click(export_selected, export_inputs, run.export_status, **ui)
-    gr.on(None, initial_pick, None, [run.run_pick, screens], **ui)  # no triggers: runs on page load
+    gr.on(None, initial_pick, None, [run.run_pick, screens, run.stop, run.resume], **ui)  # on page load
     # a user picking a run (or a chart stage) sees it at once; otherwise the timer refreshes every POLL_S
     outputs = list(tick_updates(Tick(None), run, history))
     gr.on([timer.tick, run.run_pick.input, run.chart_stage.input], tick,
