@@ -72,3 +72,18 @@ def test_the_chat_tab_lists_a_gguf_exported_after_the_page_opened(page):
     page.get_by_role("tab", name="Chat").click()
     page.locator("#chat-model-2 input").click()
     expect(page.get_by_role("option", name=f"{RUN_ID}-grpo.q4_k_m.gguf", exact=False)).to_be_visible()
+
+
+def test_offline_the_evaluate_tab_offers_only_models_that_load(page):
+    """The tests run with HF_HUB_OFFLINE=1 and an empty hub cache: the Qwen3 hub models cannot load, so they are
+    not offered (they were, and failed minutes later); the embedded tiny model is."""
+    from grpo_playground.models import MODELS
+    from grpo_playground.models.registry import hub_cached
+
+    hub_only = [name for name, spec in MODELS.items() if spec.source == "hub" and not hub_cached(spec.location)]
+    assert hub_only, "the registry has no uncached hub model to leave out"
+    page.get_by_role("tab", name="Evaluate").click()
+    page.locator("#eval-checkpoints input").click()
+    expect(page.get_by_role("option", name="tiny", exact=True)).to_be_visible()
+    offered = page.get_by_role("option").all_text_contents()
+    assert not set(hub_only) & {o.replace("✓", "").strip() for o in offered}, offered  # an option starts with its check mark
