@@ -6,6 +6,7 @@ the same recipe, with the form's edits as `--set` arguments.
 
 from __future__ import annotations
 
+import re
 import shlex
 import tempfile
 from dataclasses import dataclass
@@ -14,9 +15,9 @@ from pathlib import Path
 import gradio as gr
 
 from grpo_playground import jobs
-from grpo_playground.config import RunConfig, config_from_dict, config_to_dict, dump_recipe, load_recipe
+from grpo_playground.config import ConfigError, RunConfig, config_from_dict, config_to_dict, dump_recipe, load_recipe
 from grpo_playground.jobs.control import ROOT
-from grpo_playground.ui.config_form import FormField, build_form, config_from_values, values_from_config
+from grpo_playground.ui.config_form import FormField, build_form, config_from_values, form_problems, values_from_config
 from grpo_playground.ui.training_api import USER_ERRORS, user_error
 
 RECIPES_DIR = ROOT / "recipes"
@@ -34,6 +35,17 @@ def shipped_recipes() -> list[str]:
 def initial_config() -> RunConfig:
     path = RECIPES_DIR / f"{DEFAULT_RECIPE}.yaml"
     return load_recipe(path) if path.exists() else RunConfig()
+
+
+def _plain(text: str) -> str:
+    """Text shown as written inside Markdown: keys such as grpo.max_completion_length or a value with * stay as they are."""
+    return re.sub(r"([\\`*_\[\]<>#|])", r"\\\1", text)
+
+
+def problems_markdown(problems: list[str]) -> str:
+    """Every problem of the form, one a line, each naming the field and the fix."""
+    count = f"{len(problems)} problems" if len(problems) > 1 else "1 problem"
+    return f"⛔ **Fix before starting ({count}):**\n" + "\n".join(f"- {_plain(p)}" for p in problems)
 
 
 def cli_for_recipe(recipe_file: str, stage: str, overrides: list[str] = ()) -> str:
@@ -139,8 +151,8 @@ def wire_form(part: FormPart, started: list, on_start) -> None:
     def check_form(stage_value, source, *values):
         try:
             config = config_from_values(specs, list(values))
-        except USER_ERRORS as exc:
-            return f"**Fix this before starting:** {exc}", gr.skip()
+        except USER_ERRORS:
+            return problems_markdown(form_problems(specs, list(values))), gr.skip()
         file, base = source
         try:
             edits = overrides_between(config_from_values(specs, values_from_config(specs, config_from_dict(base))),
@@ -162,7 +174,14 @@ def wire_form(part: FormPart, started: list, on_start) -> None:
     def start_from_form(stage_value, token_value, *values):
         try:
             jobs.check_owner(token_value)
-            info = jobs.start_run(config_from_values(specs, list(values)), stage_value, token_value)
+            config = config_from_values(specs, list(values))
+        except (ConfigError, ValueError):
+            raise gr.Error("Fix the recipe before starting: " + "; ".join(form_problems(specs, list(values))),
+                           print_exception=False) from None
+        except USER_ERRORS as exc:
+            raise user_error(exc) from None
+        try:
+            info = jobs.start_run(config, stage_value, token_value)
         except USER_ERRORS as exc:
             raise user_error(exc) from None
         return on_start(info)
