@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import gradio as gr
 import pandas as pd
 
-from grpo_playground.data.answers import gold_answer_problem
+from grpo_playground.data.answers import gold_answer_problem, normalize_number
 from grpo_playground.jobs.control import check_owner, owner_token_required
 from grpo_playground.rewards import (
     DEFAULT_WEIGHTS,
@@ -95,7 +95,7 @@ def compute(completions_text, answer, enabled, scale, rs, re_, ss, se, code, tok
         if chosen[name] is None:
             raise RewardInputError(f"weight of {name} is empty: give a number such as 1.0")
     completions = split_group(completions_text or "")
-    answers = gold_answers(answer, len(completions))
+    answers = gold_answers(answer, len(completions), chosen)
     if code and code.strip() and len(answers) > 1:
         raise RewardInputError("a custom reward takes one gold answer for the group: give one answer, not one each")
     custom = _custom_scores(code, completions, answers[0]) if completions else None
@@ -105,20 +105,34 @@ def compute(completions_text, answer, enabled, scale, rs, re_, ss, se, code, tok
     return group, check_design(chosen, tags)
 
 
-def gold_answers(text: str | None, n_completions: int) -> list[str]:
+# Rewards that compare the answer as a decimal number (float ratios): a fraction gold is "not a plain number" to them
+DECIMAL_REWARDS = ("check_answer", "check_answer_strict_nomatch", "check_numbers")
+
+
+def gold_answers(text: str | None, n_completions: int, rewards=()) -> list[str]:
     """The gold answer box: one answer for the group, or one per completion separated by lines `---` (what an
-    uploaded file with an answer per row fills in). Each must be a number the rewards can compare."""
+    uploaded file with an answer per row fills in). Each must be a number the chosen `rewards` can compare, and is
+    given to them in its canonical spelling ("$1,000" -> "1000"), as the data loaders give training its golds."""
     answers = [a.strip() for a in split_group(text or "")] or [""]
     if not answers[0]:
         raise RewardInputError("give the gold answer (the final answer only, e.g. 42)")
     if len(answers) > 1 and len(answers) != n_completions:
         raise RewardInputError(f"{len(answers)} gold answers for {n_completions} completions: give one answer for "
                                "the group, or exactly one per completion (separated by lines ---)")
+    decimal = [name for name in rewards if name in DECIMAL_REWARDS]
+    canonical = []
     for gold in answers:
         problem = gold_answer_problem(gold)
         if problem:
             raise RewardInputError(problem)
-    return answers
+        number = normalize_number(gold)
+        if number is None and decimal:
+            raise RewardInputError(
+                f"the gold answer {gold!r} is not a decimal number, and {', '.join(decimal)} compare decimals: give "
+                "it as one (3/4 -> 0.75), or score it with answer_equivalence alone (math-verify reads fractions "
+                "and LaTeX)")
+        canonical.append(number or gold)
+    return canonical
 
 
 def _frame(group: GroupScore) -> pd.DataFrame:
@@ -138,12 +152,13 @@ def score_table(*inputs) -> pd.DataFrame:
 
 @_named_inputs
 def score_view(*inputs):
-    """The live view: (table, report markdown, per-completion cards); errors go in the report, never a crash."""
+    """The live view: (table, report markdown, per-completion cards); errors go in the report, never a crash, and
+    the table is hidden (an empty one showed a placeholder headed "1 | 2 | 3")."""
     try:
         group, design = compute(*inputs)
     except ValueError as exc:
-        return pd.DataFrame(), render_report(None, None, [f"Error: {exc}"]), ""
-    return _frame(group), render_report(group, design, []), render_details(group)
+        return gr.update(value=None, visible=False), render_report(None, None, [f"Error: {exc}"]), ""
+    return gr.update(value=_frame(group), visible=True), render_report(group, design, []), render_details(group)
 
 
 def upload_file(path):
@@ -228,7 +243,7 @@ def create_sandbox_tab() -> SandboxInputs:
                                    visible=owner_token_required(), max_length=256)
         with gr.Column(scale=3):
             report = gr.Markdown(initial[1], elem_id="sandbox-report")
-            table = gr.Dataframe(initial[0], label="scores (one row per completion)", interactive=False,
+            table = gr.Dataframe(initial[0]["value"], label="scores (one row per completion)", interactive=False,
                                  elem_id="sandbox-table")
             details = gr.HTML(initial[2], elem_id="sandbox-details")
             score_button = gr.Button("score", visible=False)
