@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 
+from conftest import TIMEOUT_MS
+
 expect = pytest.importorskip("playwright.sync_api").expect
+expect.set_options(timeout=TIMEOUT_MS)
 
 RUN_ID = "20991231-235959-fresh-0003"
 
@@ -87,3 +91,19 @@ def test_offline_the_evaluate_tab_offers_only_models_that_load(page):
     expect(page.get_by_role("option", name="tiny", exact=True)).to_be_visible()
     offered = page.get_by_role("option").all_text_contents()
     assert not set(hub_only) & {o.replace("✓", "").strip() for o in offered}, offered  # an option starts with its check mark
+
+
+def test_the_evaluation_log_says_each_result_in_words_not_json(page):
+    """pipelines.eval prints its summary as one JSON line (for scripts): the tab's log tail says it in words."""
+    from grpo_playground.eval import results as store
+    from grpo_playground.run_layout import EVAL_JOB, EVAL_LOG
+
+    summary = {"model": "tiny", "data": "generator:test", "n": 100, "format_rate": 0.9, "accuracy": 0.4,
+               "accuracy_se": 0.05, "lenient_accuracy": 0.41, "seconds": 12.0, "settings": {"x": 1}}
+    (store.evals_dir() / EVAL_LOG).write_text("[eval] tiny\nwrote out.json\n" + json.dumps(summary) + "\n")
+    # a finished job: its pid is above the kernel's pid_max (2**22), so it is not alive
+    (store.evals_dir() / EVAL_JOB).write_text(json.dumps({"pid": 2**22 + 9, "items": [], "started": 1.0}))
+    page.get_by_role("tab", name="Evaluate").click()
+    log = page.locator("#eval-log textarea")
+    expect(log).to_have_value(re.compile(r"result: accuracy 40\.0%, format rate 90\.0% on 100 problems"))
+    assert '{"model"' not in log.input_value()

@@ -12,6 +12,8 @@ API (gradio_client): /eval_results -> saved results (summary JSON, newest first)
 
 from __future__ import annotations
 
+import json
+
 import gradio as gr
 import pandas as pd
 
@@ -48,6 +50,23 @@ def job_status(state: dict) -> str:
     return head + "  \n" + "  \n".join(f"{item['label']}: {marks[item['state']]}" for item in state["items"])
 
 
+def readable_log(text: str) -> str:
+    """The job's log with each evaluation's summary line (pipelines.eval prints its result as one JSON object)
+    said in words; the full numbers are in the table below and in the saved file."""
+    lines = []
+    for line in text.splitlines():
+        try:
+            summary = json.loads(line) if line.startswith("{") else None
+        except ValueError:
+            summary = None
+        if isinstance(summary, dict) and "accuracy" in summary:
+            line = (f"[eval] result: accuracy {100 * float(summary['accuracy']):.1f}%, format rate "
+                    f"{100 * float(summary.get('format_rate', 0)):.1f}% on {summary.get('n')} problems "
+                    f"({float(summary.get('seconds') or 0):.0f} s); saved in the table below")
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def refresh(data: str | None, shown: dict | None):
     """Status, log, table, chart, verdict and the checkpoint list from disk; each of table, chart and list is
     re-sent only when it changed (a new result, a new run or stage on disk), so a page open since before a run
@@ -66,7 +85,7 @@ def refresh(data: str | None, shown: dict | None):
         words = eval_chart.verdict(latest) if latest else "No saved evaluation yet: pick checkpoints and press Evaluate."
     if shown.get("checkpoints") != checkpoints:
         choices = gr.update(choices=checkpoints)
-    return job_status(state), state["log"], table, chart, words, choices, signature
+    return job_status(state), readable_log(state["log"]), table, chart, words, choices, signature
 
 
 def _data_or_none(data: str | None) -> str | None:
@@ -131,7 +150,7 @@ def create_eval_panel() -> dict:
         run = gr.Button("Evaluate", variant="primary", elem_id="eval-run")
         stop = gr.Button("Stop")
     status = gr.Markdown(elem_id="eval-status")
-    log = gr.Textbox(label="Log (tail)", lines=6, max_lines=12, autoscroll=True)
+    log = gr.Textbox(label="Log (tail)", lines=6, max_lines=12, autoscroll=True, elem_id="eval-log")
     verdict = gr.Markdown(elem_id="eval-verdict")
     # checkpoint names sit in the legend (colour), not under the bars, where long run names were cut off
     chart = gr.Plot(label="Comparison", show_label=False, visible=False, elem_id="eval-chart")

@@ -14,6 +14,7 @@ import gradio as gr
 
 from grpo_playground import jobs
 from grpo_playground.export import GGUF_TYPES  # torch-free: the export itself runs as a child process
+from grpo_playground.jobs.comparisons import comparison_state, running_comparison
 from grpo_playground.jobs.exports import export_state
 from grpo_playground.eval import results as eval_results
 from grpo_playground.run_layout import LOG_FILE, PREFLIGHT_FILE, TRAINED_STAGES, evals_dir, read_json, stage_done
@@ -200,6 +201,9 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
         tick.history = run_views.history_table(infos)
     queue = [i.run_id for i in jobs.queue_order(infos)]
     tick.queue = ("Queue (one training job at a time): " + ", ".join(queue)) if queue else "Queue: empty"
+    comparison = running_comparison()
+    if comparison and comparison_state(comparison)["state"] == "running":  # its arms train in the same slot
+        tick.queue += f" · the training slot is held by the comparison **{comparison}** (Evaluate tab)"
     if run_id is None:
         tick.progress = "No runs yet: pick a recipe in **1. Set up a run** and press Start."
         tick.charts = [chart_update(None, chart) for chart in run_views.CHARTS]
