@@ -179,7 +179,7 @@ def test_export_the_run_to_gguf(page, expect, screenshot, flow):
     assert run_dir in gguf.parents
     assert "Checks that failed" not in exported.inner_text()
     screenshot(page, "exported")
-    region_screenshot(page, "exported", "#training-export-button", "#training-export")
+    region_screenshot(page, "exported", "#training-export-heading", "#training-export-files")
     flow["gguf"] = gguf
 
 
