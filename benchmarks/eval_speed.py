@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from grpo_playground.cli.args import EvalArgs
 from grpo_playground.jobs import kill_group  # the eval runs in its own session: its group holds vLLM's engine too
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,9 +32,7 @@ BATCH = {"vllm": 512, "transformers": 128, "llama.cpp": 1}  # vLLM schedules its
 
 
 def eval_command(backend: str, model: str, n: int, max_new_tokens: int, out: Path, batch_size: int) -> list[str]:
-    return [sys.executable, "-m", "pipelines.eval", "--model", model, "--data", "generator:test", "--n", str(n),
-            "--backend", backend, "--batch-size", str(batch_size), "--max-new-tokens", str(max_new_tokens),
-            "--out", str(out)]
+    return EvalArgs((model,), "generator:test", n, batch_size, max_new_tokens, backend=backend, out=(out,)).command()
 
 
 def last_progress(log: Path) -> dict | None:

@@ -12,35 +12,23 @@ Exit code 1 when a check failed or the push failed (the files are written anyway
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
+from grpo_playground.cli.args import ExportArgs
+
 
 def main(argv: list[str] | None = None) -> int:
-    from grpo_playground.export import GGUF_TYPES, export_run
-    from grpo_playground.run_layout import TRAINED_STAGES
+    from grpo_playground.export import export_run
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--run", help="run folder with sft/ and grpo/ LoRA adapters")
-    source.add_argument("--model", help="registry name (e.g. tiny, smollm2-135m) or a HF model folder")
-    parser.add_argument("--stage", choices=TRAINED_STAGES, help="which adapter of the run (default: grpo, else sft)")
-    parser.add_argument("--gguf", nargs="+", default=["q4_k_m"], metavar="TYPE",
-                        help=f"GGUF types to write (f16 always); choices: {', '.join(GGUF_TYPES)}")
-    parser.add_argument("--lora-gguf", action="store_true", help="also write the LoRA as a GGUF adapter (+ base f16)")
-    parser.add_argument("--out", help="output folder (default RUN/export/STAGE or exports/MODEL)")
-    parser.add_argument("--push-to-hub", metavar="REPO", help="upload the folder to this hub repo (needs HF_TOKEN)")
-    parser.add_argument("--no-verify", action="store_true", help="skip the greedy f16-vs-HF and q4 answer checks")
-    parser.add_argument("--verify-tokens", type=int, default=24, help="greedy tokens compared per prompt")
-    args = parser.parse_args(argv)
+    args = ExportArgs.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
     def say(message: str) -> None:
         print(f"[export] {message}", file=sys.stderr, flush=True)
 
     try:
-        result = export_run(args.run, model=args.model, stage=args.stage, gguf=args.gguf, lora_gguf=args.lora_gguf,
+        result = export_run(args.run, model=args.model, stage=args.stage, gguf=list(args.gguf), lora_gguf=args.lora_gguf,
                             out_dir=args.out, push_to_hub=args.push_to_hub, verify=not args.no_verify,
                             verify_tokens=args.verify_tokens, say=say)
     except (ValueError, FileNotFoundError, RuntimeError) as error:

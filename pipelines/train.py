@@ -11,29 +11,16 @@ The run folder's path is the last line printed. Exit status: 0 finished or stopp
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
 
-from grpo_playground.run_layout import JOB_STAGES, RECIPE_FILE, RUNS_DIR_ENV, new_run_id, runs_dir
+from grpo_playground.cli.args import TrainArgs
+from grpo_playground.run_layout import RECIPE_FILE, RUNS_DIR_ENV, new_run_id, runs_dir
 
 
 def main(argv: list[str] | None = None) -> int:
-    from grpo_playground.config import override_keys_help
-
-    parser = argparse.ArgumentParser(prog="python -m pipelines.train", description=__doc__.split("\n")[0],
-                                     epilog=override_keys_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", required=True, type=Path, help="recipe YAML (see recipes/)")
-    parser.add_argument("--stage", default="all", choices=JOB_STAGES,
-                        help="all: SFT, then the pre-flight, then GRPO (default); sft or grpo: that stage alone; "
-                             "preflight: only sample a few groups from the model, score them, write preflight.json")
-    parser.add_argument("--runs-dir", type=Path, default=None, help="where new run folders go (default: $GRPO_PLAYGROUND_RUNS_DIR or ./runs)")
-    parser.add_argument("--run-dir", type=Path, default=None, help="use this run folder (required with --resume)")
-    parser.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override a recipe value, e.g. --set grpo.max_steps=20 (repeatable; keys below)")
-    args = parser.parse_args(argv)
+    args = TrainArgs.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
     from grpo_playground.config import ConfigError, apply_overrides, load_recipe

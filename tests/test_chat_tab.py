@@ -8,7 +8,14 @@ import pytest
 from grpo_playground.models import MODELS, gguf_path
 from grpo_playground.rewards import score_group
 from grpo_playground.serving import LLAMA_CPP, POOL, VLLM, ChatTarget
-from grpo_playground.ui.chat_tab import MAX_INPUT_CHARS, checkpoint_settings, fold_tags, for_display, score_table
+from grpo_playground.ui.chat_tab import (
+    MAX_INPUT_CHARS,
+    STARTING_MARK,
+    checkpoint_settings,
+    fold_tags,
+    for_display,
+    score_table,
+)
 
 SMOLLM2_KEY = ChatTarget(LLAMA_CPP, str(gguf_path(MODELS["smollm2-135m"]))).key
 FORMATTED = "12 + 7 = 19<end_working_out><SOLUTION>19</SOLUTION>"
@@ -44,8 +51,9 @@ def test_chat_api_streams_a_real_reply_and_scores_it(client):
     assert bot_1[-1]["role"] == "assistant" and reply.strip()
     assert bot_2 == [] and notes == ""
     assert "SOLUTION content" in scores and "check_answer" in scores and "check_numbers" in scores
-    # the stream is monotonic: each update extends the one before
+    # the stream is monotonic: each update extends the one before (the server's start-up line comes first)
     texts = [text_of(u[0][-1]) for u in updates if u[0] and u[0][-1]["role"] == "assistant"]
+    texts = [t for t in texts if not t.startswith(STARTING_MARK)]
     assert all(b.startswith(a) for a, b in zip(texts, texts[1:]))
 
 
@@ -207,3 +215,56 @@ def test_side_by_side_replies_stream_at_the_same_time(tmp_path, monkeypatch):
         assert abs(a_sent - b_sent) < 0.5, f"the requests were sent {abs(a_sent - b_sent):.2f} s apart"
     finally:
         POOL.stop_all()
+
+
+def test_a_visitor_chats_only_with_running_servers_and_the_owners_default(tmp_path, monkeypatch):
+    """Issue 25 item 6: with an owner token set, 8 questions of a visitor rotating over 4 GGUFs started 8 llama.cpp
+    servers (from the 4th on each stopping one and loading another). Now only the owner starts, switches or evicts;
+    a visitor is answered by the running server and told why the others are not started; the owner's default
+    (GRPO_PLAYGROUND_CHAT_DEFAULT) is the one a visitor may start, and never by evicting another."""
+    from grpo_playground.jobs.control import OWNER_TOKEN_ENV
+    from grpo_playground.serving import NeedsOwner, ServerPool, discover_targets
+    from grpo_playground.ui import chat_tab
+
+    exports = tmp_path / "exports"
+    exports.mkdir()
+    for name in ("f16", "q8_0", "q4_k_m"):  # an export's three files: three more servers to start
+        (exports / f"run-grpo.{name}.gguf").symlink_to(gguf_path(MODELS["smollm2-135m"]))
+    monkeypatch.setenv("GRPO_PLAYGROUND_EXPORTS_DIR", str(exports))
+    monkeypatch.setenv(OWNER_TOKEN_ENV, "owner-secret")
+    keys = [SMOLLM2_KEY] + [t.key for t in discover_targets() if "run-grpo." in t.label]
+    assert len(keys) == 4
+
+    def ask_as(token, key):
+        final = list(chat_tab.chat("Hi", "", key, "", "", 0.0, 0.95, 2, "Answer briefly.", [], token, None))[-1]
+        return text_of(final[0][-1]), final[4]
+
+    POOL.stop_all()
+    try:
+        reply, notes = ask_as("owner-secret", keys[0])  # the owner starts one server
+        assert reply.strip() and not reply.startswith("[no reply") and notes == ""
+        (started,) = POOL.describe()
+        answered = [ask_as("" if i % 2 else "a guess", keys[i % 4]) for i in range(8)]
+        assert [s["pid"] for s in POOL.describe()] == [started["pid"]], "a visitor started or stopped a server"
+        for i, (reply, notes) in enumerate(answered):
+            if i % 4 == 0:  # the running server answers visitors
+                assert reply.strip() and not reply.startswith("[no reply") and notes == ""
+            else:
+                assert reply.startswith("[no reply: Starting a model server for llama.cpp · ")
+                assert "needs the owner token" in notes and "(llama.cpp · smollm2-135m)" in notes  # names what runs
+        # the owner's default: a visitor may start it
+        monkeypatch.setenv(chat_tab.CHAT_DEFAULT_ENV, keys[1])
+        reply, notes = ask_as("", keys[1])
+        assert reply.strip() and not reply.startswith("[no reply") and len(POOL.describe()) == 2
+    finally:
+        POOL.stop_all()
+    # ... but not by stopping another: a pool with one slot, taken
+    pool = ServerPool(max_servers=1)
+    known = {t.key: t for t in discover_targets()}
+    try:
+        pool.server_for(known[keys[0]])
+        with pytest.raises(NeedsOwner, match="Stopping one of the 1 running servers to start one"):
+            pool.server_for(known[keys[1]], may_start=True, may_evict=False)
+        assert len(pool.describe()) == 1
+    finally:
+        pool.stop_all()

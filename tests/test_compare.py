@@ -16,8 +16,8 @@ import pytest
 from grpo_playground.config import apply_overrides, load_recipe
 from grpo_playground.jobs import create_run
 from grpo_playground.jobs import comparisons as jobs
-from grpo_playground.jobs.launcher import LOCK_NAME
-from grpo_playground.jobs.runs import group_members
+from grpo_playground.run_layout import GPU_LOCK
+from grpo_playground.contracts.process import group_members
 from grpo_playground.run_layout import COMPARISON_JOB, COMPARISON_RESULT, COMPARISONS_DIR, RECIPE_FILE, read_json
 from grpo_playground.ui import compare_panel as panel
 
@@ -109,7 +109,7 @@ def test_the_committed_result_renders_as_chart_and_tables():
 def test_a_comparison_waits_for_the_training_slot_and_stop_ends_its_whole_group(runs):
     """It takes the lock a training run takes (so neither starves the other of the CPU/GPU), and Stop ends the
     chain and the training child it started."""
-    lock = os.open(runs / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    lock = os.open(runs / GPU_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(lock, fcntl.LOCK_EX)  # a training run holds the slot
     state = panel.start("recipe:tiny-cpu", 1, 16, 16, 8, "", 3, 1, 0.0, "")
     comparison = state["id"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -126,6 +127,15 @@ def test_oversized_or_malformed_input_is_refused_before_any_process_starts(code,
     assert expected in run_custom_reward(code, completions, "1").error
 
 
+@pytest.mark.parametrize("namespaces", MODES)
+def test_the_code_never_runs_when_its_filter_does_not_load(namespaces, monkeypatch):
+    # A program the kernel refuses (one record, no return): the launcher stops before it forks the code.
+    monkeypatch.setattr(custom.jail, "seccomp_program", lambda scratch_files: bytes(8))
+    result = run(reward_code("print('ran')"), namespaces)
+    assert result.scores is None and result.stdout == "", result.stdout
+    assert result.error == "could not confine the reward process: [Errno 22] cannot load a seccomp filter"
+
+
 def test_limits_cap_the_wall_clock_at_two_seconds():
     with pytest.raises(ValueError, match="at most 2 s per group"):
         Limits(wall_seconds=3)
@@ -169,18 +179,17 @@ def test_no_child_processes(namespaces, body, expected):
 @pytest.mark.parametrize("namespaces", MODES)
 def test_killing_its_parent_does_not_reach_the_app(namespaces):
     # The code's parent is an intermediate launcher, not this process (the app): if the kill reached the
-    # app, this test process would die and the test run with it. The orphaned code may still finish.
+    # app, this test process would die and the test run with it. (The filter refuses the kill anyway.)
     result = run(reward_code("import signal\nprint(os.getppid())\nos.kill(os.getppid(), signal.SIGKILL)"), namespaces)
     if not namespaces:  # a PID namespace numbers its own processes: its pids may equal the app's by chance
         assert int(result.stdout) != os.getpid()
     assert run(EXAMPLE_REWARD, namespaces, ["4"], "4").scores == [1.0]  # and the next call works
 
 
-@pytest.mark.skipif(not HAS_NAMESPACES and os.geteuid() != 0,
-                    reason="without namespaces or a uid drop, same-uid code can find and signal the app "
-                           "(documented in docs/custom_rewards.md)")
-def test_the_app_cannot_be_found_and_killed_through_proc():
-    # Walks up the PPid chain in /proc and SIGKILLs every ancestor it can: the app must survive.
+@pytest.mark.parametrize("namespaces", MODES)
+def test_the_app_cannot_be_found_and_killed_through_proc(namespaces):
+    # Walks up the PPid chain in /proc and SIGKILLs every ancestor it can: the app must survive (the filter
+    # lets the code signal only itself; before, a non-root app's plain-mode code killed it).
     body = """
     import signal
     pid = os.getppid()
@@ -192,8 +201,8 @@ def test_the_app_cannot_be_found_and_killed_through_proc():
         with open(f'/proc/{pid}/status') as f:
             pid = int([l for l in f if l.startswith('PPid:')][0].split()[1])
     """
-    run(reward_code(body))
-    assert run(EXAMPLE_REWARD, completions=["4"], answer="4").scores == [1.0]
+    run(reward_code(body), namespaces)
+    assert run(EXAMPLE_REWARD, namespaces, ["4"], "4").scores == [1.0]
 
 
 @pytest.mark.parametrize("namespaces", MODES)
@@ -218,54 +227,66 @@ def test_huge_output_is_truncated(namespaces):
 
 @pytest.mark.parametrize("namespaces", MODES)
 def test_cwd_is_a_fresh_empty_temp_dir_that_is_deleted_afterwards(namespaces):
-    result = run(reward_code("print(os.getcwd(), os.listdir('.'))\nopen('scratch.txt', 'w').write('ok')"), namespaces)
+    result = run(reward_code("print(os.getcwd(), os.listdir('.'))"), namespaces)
     cwd, listing = result.stdout.split(" ", 1)
     assert listing.strip() == "[]" and result.scores == [1.0]
     assert not os.path.exists(cwd) or cwd == "/tmp"  # the jail's cwd is its private tmpfs
-    assert not Path(cwd, "scratch.txt").exists()
 
 
-@pytest.mark.parametrize("namespaces", MODES)
-def test_file_size_is_limited(namespaces):
-    result = run(reward_code("open('big.bin', 'wb').write(b'0' * (2 << 20))"), namespaces, file_mb=1)
+@pytest.mark.skipif(not HAS_NAMESPACES, reason="only the jail has scratch files (its private /tmp)")
+def test_scratch_files_in_the_jail_vanish_with_it():
+    result = run(reward_code("open('scratch.txt', 'w').write('ok')\nprint(open('scratch.txt').read())"))
+    assert result.stdout == "ok\n" and result.scores == [1.0]
+    assert not Path("/tmp/scratch.txt").exists()
+
+
+@pytest.mark.skipif(not HAS_NAMESPACES, reason="only the jail has scratch files: the plain mode writes none")
+def test_file_size_is_limited():
+    result = run(reward_code("open('big.bin', 'wb').write(b'0' * (2 << 20))"), file_mb=1)
     assert result.scores is None and "File too large" in result.error, result.error
 
 
-@pytest.mark.skipif(not HAS_NAMESPACES, reason="without namespaces, world-writable folders such as /tmp are "
-                                               "writable (documented in docs/custom_rewards.md)")
+@pytest.mark.parametrize("namespaces", MODES)
 @pytest.mark.parametrize("folder", ["/tmp", "/dev/shm", "/var/tmp"])
-def test_world_writable_folders_are_read_only_with_namespaces(folder):
+def test_world_writable_folders_of_the_host_cannot_be_written(namespaces, folder):
     target = Path(folder, f"grpo-escape-{uuid.uuid4().hex}")
-    result = run(reward_code(f"open({str(target)!r}, 'w').write('escaped')"))
+    result = run(reward_code(f"open({str(target)!r}, 'w').write('escaped')"), namespaces)
     assert not target.exists()
-    assert result.scores == [1.0] if folder != "/var/tmp" else "No such file or directory" in result.error
-    # /tmp and /dev are private tmpfs inside the jail: the write lands there and vanishes with it; /var is
-    # not in the jail at all.
+    if not namespaces:  # the filter lets open() only read: nothing is created anywhere
+        assert "Operation not permitted" in result.error, result.error
+    else:  # /tmp and /dev are private tmpfs inside the jail: the write lands there and vanishes with it
+        assert result.scores == [1.0] if folder != "/var/tmp" else "No such file or directory" in result.error
 
 
-@pytest.mark.skipif(not HAS_NAMESPACES and os.geteuid() != 0,
-                    reason="without namespaces or a uid drop, the code may write wherever the app may")
-def test_the_apps_own_folders_cannot_be_written():
-    folder = Path(tempfile.mkdtemp(prefix="grpo-app-"))  # like the app's runs/ folder: owned by the app
-    folder.chmod(0o755)
+@pytest.mark.parametrize("namespaces", MODES)
+@pytest.mark.parametrize("attack", [
+    "open({target!r}, 'w').write('escaped')", "os.mkdir({target!r})", "os.rename({folder!r} + '/keep', {target!r})",
+    "os.unlink({folder!r} + '/keep')"])
+def test_the_apps_own_folders_cannot_be_changed(namespaces, attack):
+    # A folder the code's user may write (for a non-root app: its runs/, its source): before, the plain mode
+    # wrote, renamed and deleted there.
+    folder = Path(tempfile.mkdtemp(prefix="grpo-app-"))
+    folder.chmod(0o777)
+    (folder / "keep").write_text("the app's")
     target = folder / "planted.py"
     try:
-        result = run(reward_code(f"open({str(target)!r}, 'w').write('escaped')"))
-        assert not target.exists() and result.scores is None
+        result = run(reward_code(attack.format(target=str(target), folder=str(folder))), namespaces)
+        assert sorted(os.listdir(folder)) == ["keep"] and result.scores is None, result.stdout
+        assert ("No such file or directory" if namespaces else "Operation not permitted") in result.error
     finally:
-        target.unlink(missing_ok=True)
-        folder.rmdir()
+        shutil.rmtree(folder)
 
 
-@pytest.mark.skipif(not HAS_NAMESPACES, reason="without namespaces the code has the app's network")
-def test_no_network_with_namespaces():
+@pytest.mark.parametrize("namespaces", MODES)
+def test_no_network(namespaces):
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
         port = server.getsockname()[1]
-        result = run(reward_code(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)"))
-    # The jail has its own network namespace (only its own loopback): the app's listening port is not there.
-    assert result.scores is None and "Connection refused" in result.error, result.error
+        result = run(reward_code(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)"),
+                     namespaces)
+    # The filter refuses socket() itself; the jail also has its own network namespace (only its loopback).
+    assert result.scores is None and "Operation not permitted" in result.error, result.error
 
 
 @pytest.mark.parametrize("namespaces", MODES)
@@ -288,9 +309,10 @@ def test_runs_in_its_own_session(namespaces, monkeypatch):
 @pytest.mark.skipif(not HAS_NAMESPACES, reason="without namespaces /proc shows every process")
 def test_app_processes_are_invisible_with_namespaces():
     result = run(reward_code("print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))"))
-    # A fresh PID namespace that holds only the sandbox's own few processes, numbered from 1 (comparing
-    # with the app's pids would be meaningless: the app may itself run as pid 1 or 2 in a container).
-    assert set(json.loads(result.stdout)) <= {1, 2, 3}
+    # A fresh PID namespace that holds only the launcher (pid 1) and the code (comparing with the app's pids
+    # would be meaningless: the app may itself run as pid 1 or 2 in a container). Before, bwrap's own
+    # reaper, dumpable and unfiltered, was pid 1 there too.
+    assert json.loads(result.stdout) == [1, 2]
 
 
 FD_COUNT = """

@@ -264,3 +264,37 @@ def test_eval_speed_times_each_backend_through_the_eval_cli(tiny, tmp_path):
     eval_speed.main(["--out", str(out), "--model", tiny, "--n", "4", "--backends", "transformers", "--timeout-s", "1"])
     stopped = json.loads(out.read_text())["backends"][0]
     assert stopped["error"] == "timed out" and stopped["exit_code"] is None
+
+
+def test_the_eval_cli_evaluates_several_checkpoints_in_one_process(tiny, adapter_run, tmp_path):
+    """Repeated --model / --out: each checkpoint written to its own file (how the Evaluate tab's vLLM job shares
+    one engine start across base, SFT and GRPO); a count mismatch is refused before anything loads."""
+    outs = [tmp_path / "base.json", tmp_path / "sft.json"]
+    command = [sys.executable, "-m", "pipelines.eval", "--model", tiny, "--out", str(outs[0]),
+               "--model", str(adapter_run / "sft"), "--out", str(outs[1]), "--n", "4", "--max-new-tokens", "16"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert [r["model"] for r in lines] == [tiny, str(adapter_run / "sft")]
+    first, second = (json.loads(o.read_text()) for o in outs)
+    assert first["n"] == second["n"] == 4 and first["completions"] != second["completions"]
+    assert first["engine_seconds"] > 0 and first["seconds"] >= first["generate_seconds"]
+    bad = subprocess.run(command[:-4] + ["--model", tiny], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "give one --out per --model" in bad.stderr
+
+
+def test_a_vllm_evaluation_job_runs_every_checkpoint_in_one_process(tiny, tmp_path, monkeypatch):
+    """The Evaluate tab's vLLM job: one pipelines.eval for all checkpoints (one engine start, one --out each). On
+    this CPU machine that one process refuses with vLLM's reason, once, and every checkpoint reads failed."""
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
+    from grpo_playground.jobs.evals import eval_job_state, start_eval_job
+
+    start_eval_job(["tiny", "smollm2-135m"], "generator:test", 5, 8, 32, backend="vllm")
+    deadline = time.monotonic() + 120
+    while eval_job_state()["state"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.3)
+    state = eval_job_state()
+    assert [i["state"] for i in state["items"]] == ["failed", "failed"], state
+    log = (tmp_path / "evals" / "eval.log").read_text()
+    assert log.count("vLLM backend cannot run here") == 1, log  # one process for both checkpoints
+    assert log.count("[eval] FAILED:") == 2

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_playground.export import export_command, export_run
+from grpo_playground.cli.args import ExportArgs
+from grpo_playground.export import export_run
 from grpo_playground.export.converters import CONVERTERS_ENV, converters_dir
 from grpo_playground.export.gguf_files import check_types
 from grpo_playground.export.hub import push_folder
@@ -312,7 +313,7 @@ def test_a_failed_push_says_why_and_keeps_the_files(tmp_path, monkeypatch):
 
 
 def test_export_command_is_what_the_training_tab_runs(tmp_path):
-    command = export_command(tmp_path, stage="grpo", gguf=["q4_k_m", "q8_0"], lora_gguf=True)
+    command = ExportArgs(run=str(tmp_path), stage="grpo", gguf=("q4_k_m", "q8_0"), lora_gguf=True).command()
     assert command[1:] == ["-m", "pipelines.export", "--run", str(tmp_path), "--stage", "grpo",
                            "--gguf", "q4_k_m", "q8_0", "--lora-gguf"]
 

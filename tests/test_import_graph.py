@@ -9,6 +9,7 @@ together), so it needs no import of the package and runs in well under a second.
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -97,6 +98,18 @@ def test_no_layer_imports_what_it_must_not():
                 arrows.append(f"{module} -> {target}")
     assert not arrows, ("forbidden imports (the UI and jobs/ run in the app process and never import training/; "
                         f"nothing imports up into ui/): {sorted(arrows)}")
+
+
+def test_the_contracts_layer_imports_only_itself_and_the_standard_library():
+    found = []
+    for path in (SRC / PACKAGE / "contracts").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            found += [f"{path.name}: {n}" for n in names
+                      if n.split(".")[0] not in sys.stdlib_module_names and not n.startswith(f"{PACKAGE}.contracts")]
+    assert not found, ("grpo_playground.contracts is the bottom layer (pure data, standard library only): move "
+                       f"what these imports need into it, or the code out of it: {found}")
 
 
 def test_the_checker_sees_a_circle_and_a_forbidden_arrow():

@@ -250,3 +250,126 @@ def test_vllm_server_is_built_with_the_runs_template_and_hot_loading(tmp_path, m
     template = Path(server.command[server.command.index("--chat-template") + 1])
     assert template.read_text().endswith('{{ "<start_working_out>" }}{% endif %}')
     assert server.command[server.command.index("--port") + 1] == str(server.port)
+
+
+SLOW_START = """
+import http.server, os, sys, time
+print("loading weights of a model", flush=True)
+time.sleep(float(sys.argv[2]))
+print("Starting vLLM server on", flush=True)
+os.chdir(sys.argv[3])
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), http.server.SimpleHTTPRequestHandler).serve_forever()
+"""
+
+
+def slow_server(tmp_path, warm_up=None, delay=2.5):
+    """A real child that logs a stage, takes `delay` s to listen, then answers GET /v1/models (a file)."""
+    from grpo_playground.child_process import free_port
+    from grpo_playground.serving.process import ManagedServer
+
+    (tmp_path / "www" / "v1").mkdir(parents=True)
+    (tmp_path / "www" / "v1" / "models").write_text("{}")
+    port = free_port()
+    return ManagedServer("fake", [sys.executable, "-c", SLOW_START, str(port), str(delay), str(tmp_path / "www")], port,
+                         stages=(("loading weights", "loading the weights"), ("Starting vLLM server on", "serving")),
+                         warm_up=warm_up, log_file=tmp_path / "server.log")
+
+
+def test_a_starting_server_says_what_it_does_and_for_how_long_then_warms_up_before_ready(tmp_path):
+    import re
+    import threading
+    import time
+
+    seen_while_warming = []
+    server = slow_server(tmp_path, warm_up=lambda s: seen_while_warming.append((s.phase, s.progress(), s.healthy())))
+    assert server.progress() is None  # not started
+    starting = threading.Thread(target=server.start)
+    starting.start()
+    progress = []
+    try:
+        while starting.is_alive():
+            progress.append(server.progress())
+            time.sleep(0.2)
+        starting.join()
+        # while the child slept, the pane could say what it was doing and for how long
+        assert any(p and re.fullmatch(r"starting: [12] s \(loading the weights\)", p) for p in progress), progress
+        # the warm-up ran once the server answered, before start() returned (ready = warmed)
+        assert len(seen_while_warming) == 1
+        phase, text, healthy = seen_while_warming[0]
+        assert phase == "warming up" and healthy and re.fullmatch(r"starting: \d+ s \(warming up the kernels\)", text)
+        assert server.phase == "ready" and server.progress() is None and server.startup_s >= 2.5
+    finally:
+        server.stop()
+    assert server.phase == "stopped"
+
+
+def test_a_failed_warm_up_fails_the_start_and_stops_the_server(tmp_path):
+    def broken(server):
+        raise ChatError("the adapter did not answer")
+
+    server = slow_server(tmp_path, warm_up=broken, delay=0.1)
+    with pytest.raises(ChatError, match="did not answer"):
+        server.start()
+    assert server.state() == "stopped" and server.phase == "stopped" and not server.healthy()
+
+
+def test_the_log_stage_is_the_marker_seen_last(tmp_path):
+    from grpo_playground.serving.backends import VLLM_STAGES
+    from grpo_playground.serving.process import log_stage
+
+    log = tmp_path / "vllm.log"
+    assert log_stage(log, VLLM_STAGES) is None  # no log yet
+    # lines of vLLM 0.22's own start log on the H200 (results/gpu/h200_chat/vllm_chat.server.log)
+    log.write_text("INFO [core.py:112] Initializing a V1 LLM engine (v0.22.0) with config: ...\n"
+                   "INFO [gpu_model_runner.py:5037] Starting to load model /tmp/m...\n"
+                   "INFO [backends.py:1089] Using cache directory: /root/.cache/vllm/torch_compile_cache/aa/rank_0_0\n")
+    assert log_stage(log, VLLM_STAGES).startswith("compiling the model")
+    with open(log, "a") as handle:
+        handle.write("Capturing CUDA graphs (decode, FULL):  40%|####      | 2/5\n")
+    assert log_stage(log, VLLM_STAGES) == "capturing CUDA graphs"
+
+
+def test_vllm_chat_server_is_shaped_for_chat_and_caches_its_compilation_on_the_data_root(tmp_path, monkeypatch):
+    from grpo_playground.serving import backends
+
+    monkeypatch.setenv("GRPO_PLAYGROUND_CACHE", str(tmp_path / "data" / "cache"))  # what start.sh sets on a Space
+    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "mine"))  # a variable already set is kept
+    env = backends.vllm_env()
+    assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "data" / "cache" / "compile" / "vllm")
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "data" / "cache" / "compile" / "inductor")
+    assert env["TRITON_CACHE_DIR"] == str(tmp_path / "mine")
+
+    command = vllm_command("Qwen/Qwen3-0.6B", {"sft": lora_dir(tmp_path / "sft", 16)}, 8200, 0.05, stream_interval=2)
+    assert command[command.index("--max-num-seqs") + 1] == str(backends.CHAT_MAX_SEQS)
+    assert command[command.index("--max-loras") + 1] == "3"  # three panes, three adapters of one base, one batch
+    assert json.loads(command[command.index("--compilation-config") + 1]) == {"cudagraph_capture_sizes": [1, 2, 4, 8, 16]}
+    assert command[command.index("--stream-interval") + 1] == "2"
+    assert command[command.index("--gpu-memory-utilization") + 1] == "0.05"
+    assert "--stream-interval" not in vllm_command("Qwen/Qwen3-0.6B", {}, 8200)
+    assert "--enforce-eager" not in command  # no eager mode behind the user's back
+
+    monkeypatch.setattr(backends, "vllm_unavailable_reason", lambda: None)
+    monkeypatch.setattr(backends, "vllm_has_engine_arg", lambda name: False)  # a vLLM without --stream-interval
+    server = backends.vllm_server("assets/tiny", {"sft": tmp_path / "sft"}, gpu_memory_utilization=0.07)
+    assert server.warm_up is not None and server.stages == backends.VLLM_STAGES
+    assert "--stream-interval" not in server.command
+    assert server.command[server.command.index("--max-model-len") + 1] == "1024"  # the tiny model's own length
+    assert server.command[server.command.index("--gpu-memory-utilization") + 1] == "0.07"
+    assert server.env["VLLM_CACHE_ROOT"] == env["VLLM_CACHE_ROOT"]
+
+
+def test_vllm_options_are_read_from_the_installed_vllm_source(tmp_path, monkeypatch):
+    import importlib
+
+    from grpo_playground.serving.backends import vllm_has_engine_arg
+
+    package = tmp_path / "site" / "vllm"
+    (package / "engine").mkdir(parents=True)
+    (package / "__init__.py").write_text("raise ImportError('never imported')\n")
+    (package / "engine" / "arg_utils.py").write_text("class EngineArgs:\n    max_num_seqs: int = 128\n"
+                                                     "    stream_interval: int = SchedulerConfig.stream_interval\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    importlib.invalidate_caches()
+    assert vllm_has_engine_arg("stream_interval") and vllm_has_engine_arg("max_num_seqs")
+    assert not vllm_has_engine_arg("no_such_option") and not vllm_has_engine_arg("interval")

@@ -39,8 +39,9 @@ def test_the_proof_makes_its_adapters_and_reports_why_vllm_cannot_run_here(qwen_
     report = json.loads(out.read_text())
     assert code == 1 and "vLLM backend cannot run here" in report["error"]
     assert Path(report["server_log"]) == out.with_suffix(".server.log") and out.with_suffix(".server.log").is_file()
-    adapters = {name: Path(path) for name, path in report["adapters"].items()}
-    assert set(adapters) == {"plain", "hot", "tagged"}
+    adapters = {"plain": Path(report["adapters"]["served"]), "hot": Path(report["adapters"]["hot"][0]),
+                "tagged": Path(report["adapters"]["tagged"])}
+    assert report["adapters"]["served"].endswith("plain")  # no --lora: the made adapter is served
     plain = json.loads((adapters["plain"] / "adapter_config.json").read_text())
     tagged = json.loads((adapters["tagged"] / "adapter_config.json").read_text())
     assert not plain.get("trainable_token_indices")
@@ -53,13 +54,42 @@ def test_the_proof_makes_its_adapters_and_reports_why_vllm_cannot_run_here(qwen_
 
 def test_the_proof_summary_compares_with_the_issues_targets():
     report = {"throughput": [
-        {"model": "plain", "concurrent": 1, "first_token_s_median": 0.05, "tokens_per_s": 400.0},
-        {"model": "plain", "concurrent": 8, "first_token_s_median": 0.09, "tokens_per_s": 1500.0},
-        {"model": "base", "concurrent": 8, "first_token_s_median": 0.08, "tokens_per_s": 2500.0}]}
+        {"model": "adapter0", "concurrent": 1, "first_token_s_median": 0.05, "per_chat_tokens_per_s_median": 320.0,
+         "steady_tokens_per_s": 330.0, "tokens_per_s": 300.0},
+        {"model": "adapter0", "concurrent": 8, "first_token_s_median": 0.09, "steady_tokens_per_s": 2100.0,
+         "tokens_per_s": 1500.0}],
+        "starts": [{"kind": "fresh", "send_to_first_token_s": 95.0}, {"kind": "restarted", "send_to_first_token_s": 61.0}]}
     summary = vllm_chat_proof.summarize(report)
-    assert summary["model"] == "plain" and summary["tokens_per_s_8_chats"] == 1500.0
-    assert summary["meets_first_token"] is True and summary["meets_tokens_per_s"] is False
+    assert summary["model"] == "adapter0" and summary["tokens_per_s_8_chats_steady"] == 2100.0
+    assert summary["meets_first_token"] is True and summary["meets_tokens_per_s_1_chat"] is True
+    assert summary["meets_tokens_per_s_8_chats"] is False  # 2,100 in steady state against 2,500
+    assert summary["meets_fresh_start"] is True and summary["meets_restart"] is False  # 61 s against 60
     assert vllm_chat_proof.summarize({}) == {}
+    # a run that only got as far as the fresh start still reports it
+    assert vllm_chat_proof.summarize({"starts": report["starts"][:1]})["meets_fresh_start"] is True
+
+
+def test_steady_state_counts_only_the_time_every_chat_streams():
+    # two chats of 100 tokens in 10 equal pieces, one a second; the second starts 5 s after the first
+    a = {"tokens": 100, "_pieces": [(float(t), 10) for t in range(1, 11)]}  # 1 .. 10 s
+    b = {"tokens": 100, "_pieces": [(float(t), 10) for t in range(6, 16)]}  # 6 .. 15 s
+    steady = vllm_chat_proof.steady_rate([a, b])
+    # window 6 .. 10 s: the pieces at 7-10 s of each (4 x 10 tokens each) over 4 s
+    assert steady == {"window_s": 4.0, "tokens": 80.0, "tokens_per_s": 20.0}
+    late = {"tokens": 10, "_pieces": [(12.0, 10)]}  # never streamed while the other did
+    assert vllm_chat_proof.steady_rate([a, late]) is None
+    assert vllm_chat_proof.steady_rate([a, {"error": "connection refused"}]) is None
+
+
+def test_the_start_is_split_from_vllms_own_log():
+    """On the log of the H200 run (vLLM 0.22, default mode, before this proof changed the server's shape)."""
+    log = (Path(__file__).resolve().parents[1] / "results/gpu/h200_chat/vllm_chat.server.log").read_text()
+    ready_at = log.index("Application startup complete")
+    timings = vllm_chat_proof.log_timings(log, ready_at)
+    assert timings["compile_s"] == 33.73 and timings["graph_capture_s"] == 28 and timings["init_engine_s"] == 79.39
+    assert timings["weights_s"] == 0.39 and timings["compile_cache_hit"] is False
+    # no warm-up then: every JIT compile fell on the first requests
+    assert timings["jit_during_warm_up"] == [] and "_topk_topp_kernel" in timings["jit_after_ready"]
 
 
 def test_the_proofs_chat_measurements_on_a_real_streaming_server():
@@ -77,5 +107,8 @@ def test_the_proofs_chat_measurements_on_a_real_streaming_server():
     finally:
         server.stop()
     assert one["reply"].strip() and one["tokens"] > 0 and 0 < one["first_token_s"] <= one["seconds"]
+    assert len(one["_pieces"]) == one["pieces"] and "_pieces" not in vllm_chat_proof.public(one)
     assert both["ok"] == 4 and both["failed"] == 0 and both["tokens"] > 0 and both["tokens_per_s"] > 0
     assert 0 < both["first_token_s_median"] <= both["first_token_s_max"] <= both["wall_s"]
+    # llama.cpp answers one request at a time, so two chats never stream together: no steady state to report
+    assert len(both["steady_rounds"]) == 2 and (both["steady_tokens_per_s"] is None or both["steady_tokens_per_s"] > 0)

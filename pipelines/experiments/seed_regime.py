@@ -32,13 +32,14 @@ says which step runs (data, sft_w, one per arm, eval) and the run folder it trai
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import re
 import sys
 import time
 from pathlib import Path
 
+from grpo_playground.cli.args import CompareArgs
 from grpo_playground.run_layout import PREFLIGHT_FILE, PROGRESS_FILE, read_json, write_json_atomic
 
 from pipelines.experiments.tiny_cpu_learning import (_pct, _weights_sha256, evaluate, level_table, paired_difference,
@@ -188,34 +189,12 @@ def template_split(worked: list[str], full: dict[str, dict]) -> dict:
     return split
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.experiments.seed_regime",
-                                     description=__doc__.split("\n")[0])
-    parser.add_argument("--recipe", type=Path, default=ROOT / "recipes" / "tiny-cpu.yaml")
-    parser.add_argument("--worked", default="generator:train", help="source of W (worked solutions): generator:..., openmath:PATH, gsm8k:PATH")
-    parser.add_argument("--answers", default="generator:train", help="source of A (answers only): generator:..., dapo:PATH, gsm8k:PATH")
-    parser.add_argument("--eval-data", default="generator:test", help="held-out source spec")
-    parser.add_argument("--eval-seed", type=int, default=0)
-    parser.add_argument("--n-worked", type=int, default=200)
-    parser.add_argument("--n-answers", type=int, default=4000)
-    parser.add_argument("--n-eval", type=int, default=600)
-    parser.add_argument("--minutes", type=float, default=10.0, help="T: the time each arm trains after sft-W")
-    parser.add_argument("--round-steps", type=int, default=40, help="SFT steps between two format checks")
-    parser.add_argument("--format-target", type=float, default=0.95)
-    parser.add_argument("--max-rounds", type=int, default=10,
-                        help="at most this many SFT rounds; the arms then start from the last one, target met or not")
-    parser.add_argument("--preflight-prompts", type=int, default=8)
-    parser.add_argument("--eval-backend", default="transformers", choices=("transformers", "vllm"),
-                        help="how the four checkpoints are evaluated (vllm: GPU only, adapters without registered tags)")
-    parser.add_argument("--control-lr", type=float, default=None,
-                        help="peak lr of the two SFT continuations (default: a tenth of the recipe's SFT lr)")
-    parser.add_argument("--only-sft-w", action="store_true",
-                        help="stop after the data and sft-W (a later run without it goes on from there)")
-    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "seed_regime")
-    parser.add_argument("--out", type=Path, default=ROOT / "results" / "learning_seed_regime_cpu")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="recipe override passed to every training run (e.g. grpo.learning_rate=1e-4)")
-    args = parser.parse_args(argv)
+def parse_args(argv: list[str] | None = None) -> CompareArgs:
+    parser = CompareArgs.parser()
+    args = CompareArgs.parse_args(argv)
+    args = dataclasses.replace(args, recipe=args.recipe or ROOT / "recipes" / "tiny-cpu.yaml",
+                               work=args.work or ROOT / "runs" / "seed_regime",
+                               out=args.out or ROOT / "results" / "learning_seed_regime_cpu")
     for name in ("n_worked", "n_answers", "n_eval", "round_steps", "max_rounds", "preflight_prompts"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")

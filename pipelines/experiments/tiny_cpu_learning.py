@@ -25,6 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from grpo_playground.cli.args import EvalArgs, TrainArgs
 from grpo_playground.run_layout import PREFLIGHT_FILE, read_json, read_status
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,10 +45,7 @@ def train(recipe: Path, run_dir: Path, stage: str, overrides: list[str]) -> dict
     """Run one step of the experiment (skipped when its folder already finished: a rerun picks up where it stopped)."""
     if read_status(run_dir).get("state") == "finished":
         return read_status(run_dir)
-    command = [sys.executable, "-m", "pipelines.train", "--config", str(recipe), "--run-dir", str(run_dir),
-               "--stage", stage]
-    for item in [*OVERRIDES, *overrides]:
-        command += ["--set", item]
+    command = TrainArgs(recipe, run_dir=run_dir, stage=stage, overrides=(*OVERRIDES, *overrides)).command()
     run(command, run_dir.parent / f"{run_dir.name}.log")
     return read_status(run_dir)
 
@@ -56,9 +54,8 @@ def evaluate(model: str, out: Path, n: int, max_new_tokens: int, data: str, seed
              backend: str = "transformers") -> dict:
     if not out.exists():
         batch = n if backend == "vllm" else 64  # vLLM schedules its own batches: give it every prompt at once
-        run([sys.executable, "-m", "pipelines.eval", "--model", model, "--data", data, "--n", str(n),
-             "--seed", str(seed), "--backend", backend, "--batch-size", str(batch),
-             "--max-new-tokens", str(max_new_tokens), "--out", str(out)], out.with_suffix(".log"))
+        command = EvalArgs((model,), data, n, batch, max_new_tokens, seed=seed, backend=backend, out=(out,)).command()
+        run(command, out.with_suffix(".log"))
     return json.loads(out.read_text())
 
 

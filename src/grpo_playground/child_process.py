@@ -15,6 +15,9 @@ from pathlib import Path
 CHECKOUT = Path(__file__).resolve().parents[2]  # the checkout: holds pipelines/ and src/
 SRC = CHECKOUT / "src"
 SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
+# The secrets a job (training, eval, export, comparison) may need: hub downloads of a gated base and pushes of an
+# export, SwanLab's online mode. Never the app's owner token: a job's environ is readable by same-user processes.
+JOB_SECRETS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "SWANLAB_API_KEY")
 
 
 def env_without_secrets(keep: tuple[str, ...] = (), **extra: str) -> dict[str, str]:
@@ -32,6 +35,11 @@ def python_child_env(base: dict[str, str] | None = None, **extra: str) -> dict[s
     env = dict(os.environ if base is None else base, PYTHONUNBUFFERED="1", **extra)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH")) if p)
     return env
+
+
+def job_env(**extra: str) -> dict[str, str]:
+    """The environment of a job the app starts: a Python child's, with no secret but JOB_SECRETS."""
+    return python_child_env(env_without_secrets(JOB_SECRETS), **extra)
 
 
 def free_port() -> int:

@@ -10,23 +10,20 @@ error text (OOM, NaN logits / device-side assert) into the same kind of finding.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class Finding:
-    """One problem a check found, in plain words: the doctor's rules over the metrics and the reward design check
-    (rewards.design_check) both report these."""
-
-    severity: str  # "info" | "warning" | "error"
-    message: str
-    rule: str = ""  # the rule's name in docs/doctor.md (the design check's findings have none)
-    knob: str = ""  # the setting to turn
-    step: int = 0
-    stage: str = "grpo"
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+from grpo_playground.contracts.findings import Finding
+from grpo_playground.contracts.metrics import (
+    CLIPPED_RATIO,
+    COMPLETION_MEAN_LENGTH,
+    FRAC_REWARD_ZERO_STD,
+    KL,
+    LOSS,
+    NAN_WATCHED,
+    REWARD,
+    REWARD_STD,
+    reward_mean_key,
+)
 
 
 @dataclass(frozen=True)
@@ -82,14 +79,14 @@ def _series(rows: list[dict], key: str) -> list[float]:
 
 def _correctness_key(row: dict) -> tuple[str, float] | None:
     for name, no_match in NO_MATCH_SCORES.items():
-        if f"rewards/{name}/mean" in row:
-            return f"rewards/{name}/mean", no_match
+        if reward_mean_key(name) in row:
+            return reward_mean_key(name), no_match
     return None
 
 
 def _rule_nan(rows, th):
     row = rows[-1]
-    bad = [k for k in ("loss", "grad_norm", "reward", "kl") if (v := _num(row, k)) is not None and not math.isfinite(v)]
+    bad = [k for k in NAN_WATCHED if (v := _num(row, k)) is not None and not math.isfinite(v)]
     if bad:
         return "error", f"{', '.join(bad)} became NaN/inf: the update blew up (learning rate too high or rewards too large)"
     return None
@@ -97,12 +94,12 @@ def _rule_nan(rows, th):
 
 def _rule_flat_reward(rows, th):
     window = rows[-th.window:]
-    rewards = _series(window, "reward")
+    rewards = _series(window, REWARD)
     if len(window) < th.window or len(rewards) < th.window:
         return None
     if max(rewards) - min(rewards) >= th.flat_range:
         return None
-    zero_std = _series(window, "frac_reward_zero_std")
+    zero_std = _series(window, FRAC_REWARD_ZERO_STD)
     severity = "error" if zero_std and min(zero_std) >= th.zero_std_frac else "warning"
     return severity, (
         f"reward mean flat at {rewards[-1]:.2f} for {len(window)} logged steps: the model's output probably never "
@@ -113,20 +110,20 @@ def _rule_zero_std(rows, th):
     window = rows[-th.window:]
     if len(window) < th.window:
         return None
-    fracs = _series(window, "frac_reward_zero_std")
+    fracs = _series(window, FRAC_REWARD_ZERO_STD)
     if len(fracs) == len(window):
         if min(fracs) < th.zero_std_frac:
             return None
         return "warning", (f"{sum(fracs) / len(fracs):.0%} of groups have zero reward variance: all-right or all-wrong "
                            "groups give no advantage and no gradient")
-    stds = _series(window, "reward_std")
+    stds = _series(window, REWARD_STD)
     if len(stds) == len(window) and max(stds) < th.low_reward_std:
         return "warning", f"reward std ~{max(stds):.3f}: completions of a prompt all score alike, no gradient"
     return None
 
 
 def _rule_kl_blowup(rows, th):
-    kls = _series(rows[-th.window:], "kl")
+    kls = _series(rows[-th.window:], KL)
     if not kls:
         return None
     if kls[-1] > th.kl_high:
@@ -138,7 +135,7 @@ def _rule_kl_blowup(rows, th):
 
 
 def _rule_length_falling(rows, th):
-    lengths = _series(rows, "completions/mean_length")
+    lengths = _series(rows, COMPLETION_MEAN_LENGTH)
     if len(lengths) < 2 * th.window:
         return None
     early = sum(lengths[: th.window]) / th.window
@@ -150,7 +147,7 @@ def _rule_length_falling(rows, th):
 
 
 def _rule_length_pinned(rows, th):
-    clipped = _series(rows[-2:], "completions/clipped_ratio")
+    clipped = _series(rows[-2:], CLIPPED_RATIO)
     if len(clipped) == 2 and min(clipped) >= th.clipped_high:
         return "warning", (f"{clipped[-1]:.0%} of completions hit max_completion_length: truncation removes the "
                            "solution tag, so correct work scores as no answer")
@@ -159,7 +156,7 @@ def _rule_length_pinned(rows, th):
 
 def _rule_reward_hacking(rows, th):
     key = _correctness_key(rows[-1])
-    clipped = _series(rows, "completions/clipped_ratio")
+    clipped = _series(rows, CLIPPED_RATIO)
     if key is None or len(clipped) < th.window:
         return None
     name, no_match = key
@@ -174,7 +171,7 @@ def _rule_reward_hacking(rows, th):
 
 def _rule_sft_loss_stuck(rows, th):
     row = rows[-1]
-    loss, step, max_steps = _num(row, "loss"), _num(row, "step"), _num(row, "max_steps")
+    loss, step, max_steps = _num(row, LOSS), _num(row, "step"), _num(row, "max_steps")
     if loss is None or not step or not max_steps or step < max_steps / 2:
         return None
     if loss > th.sft_loss_stuck:
@@ -202,7 +199,7 @@ def diagnose(metrics: list[dict], thresholds: Thresholds = Thresholds()) -> list
         rows = by_stage.setdefault(stage, [])
         rows.append(row)
         rollouts = rollouts_by_stage.setdefault(stage, [])
-        is_rollout = "reward" in row
+        is_rollout = REWARD in row
         if is_rollout:
             rollouts.append(row)
         rules = GRPO_RULES if stage == "grpo" else SFT_RULES

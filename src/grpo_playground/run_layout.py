@@ -1,14 +1,14 @@
 """The run folder, in one place: its file and stage names, its paths, its status, and the settings in its recipe.
 
 A run folder (runs/<run_id>/, docs/ARCHITECTURE.md "Run folder") is the contract between the app (UI, jobs), the
-training job, eval, export and chat: the job writes it, the others read it. Every one of them takes the names from
-here, so a file is renamed in one line (tests/test_run_layout.py greps that no other module types one).
+training job, eval, export and chat: the job writes it, the others read it. The names are defined in
+grpo_playground.contracts.layout (and the stages in contracts.states) and re-exported here beside the paths, so a
+file is renamed in one line (tests/test_run_layout.py greps that no other module types one).
 Torch-free and light: the UI imports it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import secrets
@@ -16,43 +16,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+# The names are the contracts layer's; imported here so that a path's users find them beside the paths.
+from grpo_playground.contracts.layout import *  # noqa: F403 (the layout module holds only its names)
+from grpo_playground.contracts.process import read_json, write_json_atomic
+from grpo_playground.contracts.states import ACTIVE_STATES, FINAL_STATES, JOB_STAGES, TRAINED_STAGES  # noqa: F401
 from grpo_playground.tags import Tags
 
 RUNS_DIR_ENV = "GRPO_PLAYGROUND_RUNS_DIR"
 EXPORTS_DIR_ENV = "GRPO_PLAYGROUND_EXPORTS_DIR"
-
-# --- files in runs/<run_id>/ ----------------------------------------------------------------------------------
-RECIPE_FILE = "recipe.yaml"  # the RunConfig the job runs (saved once, by whoever creates the run)
-STATUS_FILE = "status.json"  # state, stage, step... (atomic writes: write_status)
-LOG_FILE = "log.txt"  # the job's stdout + stderr
-METRICS_FILE = "metrics.jsonl"  # one row per step
-SAMPLES_FILE = "samples.jsonl"  # one GRPO group per logging step
-DOCTOR_FILE = "doctor.jsonl"  # the doctor's findings
-PREFLIGHT_FILE = "preflight.json"  # the pre-flight report
-JOB_FILE = "job.json"  # written by the UI: the launcher's pid and process group
-STOP_FILE = "stop.request"  # created by the UI to ask for a stop
-CHECKPOINTS_DIR = "checkpoints"  # checkpoints/<stage>/checkpoint-N/ (resume)
-ADAPTER_CONFIG = "adapter_config.json"  # a finished stage's LoRA folder <stage>/ holds it (PEFT's name)
-EXPORT_DIR = "export"  # export/<stage>/: lora/, merged/, *.gguf, Modelfile, export.json, export.log
-EXPORT_RESULT = "export.json"  # the export's result and state, inside the export folder
-EXPORT_LOG = "export.log"  # the export's output (in the run folder for the UI's job; converters' in export/<stage>/)
-EXPORT_JOB = "export_job.json"  # written by the UI: the export process's pid and its export folder
-# --- in the runs directory --------------------------------------------------------------------------------------
-EVALS_DIR = "evals"  # <runs>/evals/*.json: the Evaluate tab's results
-EVAL_JOB = "eval_job.json"  # <runs>/evals/: the evaluation job's pid and plan
-EVAL_LOG = "eval.log"  # <runs>/evals/: its output
-COMPARISONS_DIR = "comparisons"  # <runs>/comparisons/<id>/: one "GRPO vs more SFT" experiment each, holding
-COMPARISON_JOB = "comparison_job.json"  # its pid, plan and command (written by the UI),
-COMPARISON_LOG = "comparison.log"  # its output, RECIPE_FILE (a copy of the recipe it runs),
-COMPARISON_WORK = "work"  # the experiment's --work folder (data, run folders, PROGRESS_FILE)
-COMPARISON_RESULT = "comparison_result"  # and its --out: comparison_result.json and .md
-PROGRESS_FILE = "progress.json"  # the experiment's steps in order and each one's state
-
-# --- stages and states ------------------------------------------------------------------------------------------
-TRAINED_STAGES = ("sft", "grpo")  # in training order; each leaves a LoRA folder of its name
-JOB_STAGES = ("all", *TRAINED_STAGES, "preflight")  # pipelines.train --stage
-ACTIVE_STATES = ("queued", "running", "stopping")
-FINAL_STATES = ("stopped", "finished", "failed")
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -121,23 +92,6 @@ def latest_stage(run_dir: str | Path) -> str | None:
 
 
 # --- status -----------------------------------------------------------------------------------------------------
-def read_json(path: Path) -> dict:
-    """A JSON object from a file; {} when missing or caught half-written (writers replace files atomically,
-    but a foreign writer might not)."""
-    try:
-        value = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def write_json_atomic(path: Path, value: dict) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(value, indent=1), encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def read_status(run_dir: Path) -> dict:
     return read_json(Path(run_dir) / STATUS_FILE)
 

@@ -34,10 +34,18 @@ def shape_from_config(config: dict) -> dict:
             "kv_bytes_per_token": 2 * layers * kv_heads * head_dim * 2}
 
 
-def memory_share(shape: dict, rows: int, tokens_per_row: int, total_bytes: int, four_bit: bool = False) -> float:
-    weights = shape["embedding_params"] * 2 + shape["linear_params"] * (NF4_BYTES_PER_PARAM if four_bit else 2)
+def weight_bytes(shape: dict, four_bit: bool = False) -> float:
+    return shape["embedding_params"] * 2 + shape["linear_params"] * (NF4_BYTES_PER_PARAM if four_bit else 2)
+
+
+def engine_bytes(shape: dict, rows: int, tokens_per_row: int, four_bit: bool = False) -> int:
+    """What a vLLM engine holds for `rows` sequences of `tokens_per_row` tokens (the formula above)."""
     kv = shape["kv_bytes_per_token"] * rows * tokens_per_row
-    need = 1.2 * weights + 2 * kv + FIXED_OVERHEAD_BYTES
+    return int(1.2 * weight_bytes(shape, four_bit) + 2 * kv + FIXED_OVERHEAD_BYTES)
+
+
+def memory_share(shape: dict, rows: int, tokens_per_row: int, total_bytes: int, four_bit: bool = False) -> float:
+    need = engine_bytes(shape, rows, tokens_per_row, four_bit)
     return min(max(math.ceil(need / total_bytes * 100) / 100, MIN_SHARE), MAX_SHARE)
 
 

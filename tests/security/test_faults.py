@@ -18,7 +18,8 @@ import pytest
 
 from grpo_playground.jobs import load_run, reconcile, spawn_job, stop_run
 from grpo_playground.jobs.launcher import crash_reason, oom_kill_count
-from grpo_playground.jobs.runs import compact_metrics, is_alive
+from grpo_playground.contracts.process import is_alive
+from grpo_playground.jobs.runs import compact_metrics
 from grpo_playground.run_layout import new_run_id, write_status
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -193,3 +194,72 @@ def test_chat_servers_and_checkers_get_no_secret(monkeypatch):
     finally:
         checker.close()
         server.stop()
+
+
+DUMPS_ITS_ENVIRONMENT = "import json, os, sys; open(sys.argv[1], 'w').write(json.dumps(dict(os.environ)))"
+
+
+def test_jobs_get_the_hub_token_but_never_the_owner_token(runs, monkeypatch):
+    # Before: training, eval and export jobs inherited the app's whole environment, the owner token with it, and
+    # their /proc/<pid>/environ is readable by any same-user process (a custom reward's parent, a chat server).
+    from grpo_playground.cli.args import ExportArgs
+    from grpo_playground.jobs import comparisons, evals, exports
+    from grpo_playground.eval import results
+
+    owner, hub = "owner-do-not-leak", "hf_a-job-may-need-this"
+    monkeypatch.setenv("GRPO_PLAYGROUND_OWNER_TOKEN", owner)
+    monkeypatch.setenv("HF_TOKEN", hub)
+
+    def dump(name: str) -> list[str]:
+        return [sys.executable, "-c", DUMPS_ITS_ENVIRONMENT, str(runs / f"{name}.env.json")]
+
+    run_dir = make_run(runs)
+    spawn_job(run_dir, dump("train"))
+    monkeypatch.setattr(results, "eval_command", lambda *args, **kwargs: dump("eval"))
+    evals.start_eval_job(["tiny"], "generator:test", 2, 1, 8)
+    trained = make_run(runs)
+    write_status(trained, state="finished")
+    (trained / "sft").mkdir()
+    (trained / "sft" / "adapter_config.json").write_text("{}")
+    monkeypatch.setattr(ExportArgs, "command", lambda self: dump("export"))
+    exports.start_export(trained.name, token=owner)
+    monkeypatch.setattr(comparisons, "experiment_command", lambda *args, **kwargs: dump("compare"))
+    recipe = runs / "recipe.yaml"
+    recipe.write_text("name: x\n")
+    comparisons.start_comparison(recipe, "x", comparisons.ComparisonPlan())
+    for name in ("train", "eval", "export", "compare"):
+        path = runs / f"{name}.env.json"
+        wait_for(lambda: path.is_file() and path.read_text().endswith("}"), what=f"the {name} job's environment")
+        environ = json.loads(path.read_text())
+        assert owner not in environ.values(), f"the {name} job holds the owner token"
+        assert environ.get("HF_TOKEN") == hub, f"the {name} job lost HF_TOKEN"
+
+
+REPLAYS_THEN_WAITS_FOR_SIGTERM = REPLAYS_STEPS + """
+import signal, time
+stop = []
+signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+(run / "started").write_text("1")
+while not stop:
+    time.sleep(0.05)
+status = json.loads((run / "status.json").read_text()); status["state"] = "stopped"
+(run / "status.json").write_text(json.dumps(status))
+"""
+
+
+def test_stop_after_the_supervisor_died_leaves_no_duplicate_metric_rows(runs):
+    # Before: the launcher compacts the rows a resumed job replays when the job ends; with the launcher killed,
+    # Stop ended the job and nobody compacted: the replayed steps stayed twice until the next resume.
+    run_dir = make_run(runs)
+    spawn_job(run_dir, job(REPLAYS_STEPS, run_dir) + ["1", "4", "1"])
+    wait_for(lambda: state(run_dir) == "finished", what="first attempt")
+    info = spawn_job(run_dir, job(REPLAYS_THEN_WAITS_FOR_SIGTERM, run_dir) + ["3", "5", "2"])  # the resume
+    wait_for(lambda: (run_dir / "started").exists() and state(run_dir) == "running", what="resumed attempt running")
+    os.kill(info.job["launcher_pid"], signal.SIGKILL)  # only the supervisor
+    wait_for(lambda: not is_alive(info.job["launcher_pid"]), what="launcher gone")
+    stop_run(run_dir.name)
+    wait_for(lambda: state(run_dir) == "stopped" and not load_run(run_dir).processes_alive(), what="stopped")
+    wait_for(lambda: len((run_dir / "metrics.jsonl").read_text().splitlines()) == 10, timeout=10,
+             what="the replayed rows dropped")
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["reward"]) for r in rows if "reward" in r] == [(1, 1), (2, 1), (3, 2), (4, 2), (5, 2)]

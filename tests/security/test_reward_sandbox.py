@@ -1,4 +1,4 @@
-"""Custom reward code attacked the way issue 12's reports did: each test is one escape that worked before.
+"""Custom reward code attacked the way issues 12 and 25 did: each test is one escape that worked before.
 
     OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/security/test_reward_sandbox.py
 """
@@ -8,8 +8,10 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import platform
 import select
 import signal
+import subprocess
 import textwrap
 import time
 import uuid
@@ -73,8 +75,18 @@ def test_capabilities_are_dropped_and_seccomp_is_on(jailed):
 
 
 @pytest.mark.parametrize("jailed", MODES)
-@pytest.mark.parametrize("call", ["libc.unshare(0x10000000)", "libc.setns(0, 0)", "libc.ptrace(16, 1, 0, 0)",
-                                  "libc.setsid()", "libc.setpgid(0, 0)", "libc.syscall(321, 0, 0, 0)"])  # 321: bpf
+@pytest.mark.parametrize("call", [
+    "libc.unshare(0x10000000)", "libc.setns(0, 0)", "libc.ptrace(16, 1, 0, 0)", "libc.setsid()", "libc.setpgid(0, 0)",
+    "libc.syscall(321, 0, 0, 0)",  # bpf
+    "libc.syscall(311, 1, 0, 0, 0, 0, 0)",  # process_vm_writev
+    # issue 25: these passed the old deny-list
+    "libc.syscall(425, 1, ctypes.create_string_buffer(120))",  # io_uring_setup: its own openat, unfiltered
+    "libc.syscall(434, 1, 0)",  # pidfd_open
+    "libc.syscall(135, 0x0040000)",  # personality(ADDR_NO_RANDOMIZE)
+    "libc.syscall(59, b'/bin/sh', 0, 0)",  # execve: nothing but the worker's Python runs
+    "libc.syscall(41, 2, 1, 0)",  # socket(AF_INET, SOCK_STREAM)
+    "libc.syscall(302, os.getppid(), 7, 0, 0)",  # prlimit64 of another process than itself (RLIMIT_NOFILE)
+])
 def test_the_seccomp_filter_refuses_escape_calls(jailed, call):
     result = run_custom_reward(reward(f"libc = ctypes.CDLL(None, use_errno=True)\nprint({call}, ctypes.get_errno())"),
                                ["a"], "1", Limits(namespaces=jailed))
@@ -94,11 +106,136 @@ def test_a_new_session_cannot_outlive_the_timeout(jailed):
     """
     result = run_custom_reward(reward(body), ["a"], "1", Limits(namespaces=jailed, wall_seconds=0.5))
     assert result.timed_out or "Operation not permitted" in result.error
-    deadline = time.monotonic() + 5  # the kernel tears a PID namespace down soon after, not at once
+    survivors = _wait_for_no_process_named(name)
+    assert not survivors, f"processes {survivors} outlived the sandbox"
+
+
+# x86-64, position independent (assembled from this listing). Run in the parent, it proves arbitrary code ran
+# there: it prints a marker to the app's capture pipe, and leaves a child in a new session, named `name`,
+# that sleeps 30 s past every timeout.
+#   write(1, "HIJACKED\n", 9); if (fork() == 0) { setsid(); prctl(PR_SET_NAME, name); nanosleep({30, 0}); }
+#   exit_group(0)
+HIJACK_CODE = bytes.fromhex(
+    "b801000000" "bf01000000" "488d3545000000" "ba09000000" "0f05"  # write(1, msg, 9)
+    "b839000000" "0f05" "85c0" "752a"  # fork(); the parent jumps to exit_group
+    "b870000000" "0f05"  # setsid()
+    "b89d000000" "bf0f000000" "488d3524000000" "0f05"  # prctl(PR_SET_NAME, name)
+    "6a00" "6a1e" "4889e7" "31f6" "b823000000" "0f05"  # nanosleep({30 s, 0}, NULL)
+    "b8e7000000" "31ff" "0f05") + b"HIJACKED\n"  # exit_group(0); msg; then the 11-byte name
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the shellcode and syscall numbers are x86-64")
+@pytest.mark.parametrize("jailed", MODES)
+def test_the_code_cannot_hijack_its_parent(jailed):
+    # Issue 25: the launcher between the app and the code was dumpable and had no filter and no limits. The
+    # code read the launcher's instruction pointer (inside wait4) from /proc/<ppid>/syscall, wrote code
+    # there through /proc/<ppid>/mem and exited; the launcher woke into it and ran it unconfined.
+    name = f"hj{uuid.uuid4().hex[:8]}"
+    body = f"""
+    pid = os.getppid()
+    try:
+        for _ in range(400):  # until the launcher sits in wait4 (61), waiting for this process
+            fields = open(f'/proc/{{pid}}/syscall').read().split()
+            if fields[0] == '61':
+                break
+            time.sleep(0.005)
+        with open(f'/proc/{{pid}}/mem', 'r+b', buffering=0) as mem:
+            mem.seek(int(fields[-1], 16))
+            mem.write({HIJACK_CODE + name.encode() + bytes(1)!r})
+        os._exit(0)
+    except OSError as exc:
+        print('refused:', type(exc).__name__)
+    """
+    try:
+        result = run_custom_reward(reward(body), ["a"], "1", Limits(namespaces=jailed, wall_seconds=1))
+    finally:
+        survivors = _wait_for_no_process_named(name)
+        for pid in survivors:
+            os.kill(int(pid), signal.SIGKILL)
+    assert not survivors, f"a setsid child of the hijacked parent, {survivors}, outlived the call"
+    assert "HIJACKED" not in result.stdout, "the code's shellcode ran in its parent"
+    assert result.scores == [1.0] and result.stdout.startswith("refused: PermissionError"), result.stdout
+
+
+@pytest.mark.parametrize("jailed", MODES)
+def test_the_launcher_is_held_like_the_code(jailed):
+    # The code's parent (the launcher; in the jail, pid 1) runs under the same filter and limits (and is
+    # non-dumpable: test_the_code_cannot_hijack_its_parent). Default limits: 2 s CPU, 256 MB, no process.
+    body = """
+    pid = os.getppid()
+    while open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[0] != 'S':
+        time.sleep(0.001)  # until it waits for this process: it sets RLIMIT_NPROC right after the fork
+    status = dict(l.split(':', 1) for l in open(f'/proc/{pid}/status'))
+    limits = {l[:26].strip(): l[26:].split()[0] for l in open(f'/proc/{pid}/limits')}
+    print(status['Seccomp'].strip(), status['NoNewPrivs'].strip(), limits['Max cpu time'],
+          limits['Max address space'], limits['Max processes'])
+    """
+    result = run_custom_reward(reward(body), ["a"], "1", Limits(namespaces=jailed))
+    assert result.stdout.split() == ["2", "1", "2", str(256 << 20), "0"], result.stdout
+
+
+@pytest.mark.parametrize("jailed", MODES)
+def test_other_processes_of_its_user_cannot_be_written(jailed):
+    # A dumpable process of the code's own user (for a non-root app: a training job, a model server).
+    ids = {"user": custom.NOBODY, "group": custom.NOBODY, "extra_groups": []} if os.geteuid() == 0 else {}
+    target = subprocess.Popen(["sleep", "30"], env={"JOB_SECRET": "job-secret"}, **ids)
+    try:
+        body = f"""
+        for name, mode in (('mem', 'r+b'), ('environ', 'rb')):
+            try:
+                with open('/proc/{target.pid}/' + name, mode, buffering=0) as f:
+                    print(name, f.read(200))
+            except OSError as exc:
+                print(name, 'refused:', type(exc).__name__)
+        """
+        result = run_custom_reward(reward(body), ["a"], "1", Limits(namespaces=jailed))
+    finally:
+        target.kill()
+        target.wait()
+    mem, environ = result.stdout.splitlines()
+    if jailed:  # its own PID namespace: the process is not there at all
+        assert (mem, environ) == ("mem refused: FileNotFoundError", "environ refused: FileNotFoundError")
+    else:  # open() may only read: memory not writable; what it was started with stays readable (documented)
+        assert mem == "mem refused: PermissionError" and "job-secret" in environ, result.stdout
+
+
+@pytest.mark.parametrize("jailed", MODES)
+def test_other_processes_of_its_user_cannot_be_signalled(jailed):
+    # Before, plain-mode code killed any process of its user (for a non-root app: the app itself), by pid,
+    # with kill(-1), or by having the kernel send SIGIO to the owner it set on a pipe (F_SETOWN + O_ASYNC).
+    ids = {"user": custom.NOBODY, "group": custom.NOBODY, "extra_groups": []} if os.geteuid() == 0 else {}
+    target = subprocess.Popen(["sleep", "30"], **ids)
+    try:
+        body = f"""
+        import fcntl, signal
+        libc = ctypes.CDLL(None, use_errno=True)
+        r, w = os.pipe()
+        for attack in (lambda: os.kill({target.pid}, signal.SIGKILL), lambda: os.kill(-1, signal.SIGKILL),
+                       lambda: fcntl.fcntl(r, fcntl.F_SETOWN, {target.pid})):
+            try:
+                attack()
+                print('done')
+            except OSError as exc:
+                print(type(exc).__name__)
+        print(libc.tgkill({target.pid}, {target.pid}, 9), ctypes.get_errno())
+        os.kill(os.getpid(), signal.SIGCONT)  # its own pid stays allowed
+        """
+        result = run_custom_reward(reward(body), ["a"], "1", Limits(namespaces=jailed))
+        assert target.poll() is None, "the code killed another process of its user"
+        assert result.stdout.split() == ["PermissionError"] * 3 + ["-1", "1"], result.stdout
+        assert result.scores == [1.0], result.error
+    finally:
+        target.kill()
+        target.wait()
+
+
+def _wait_for_no_process_named(name: str, seconds: float = 5) -> list[str]:
+    """pids still named `name` after `seconds` (the kernel tears a PID namespace down soon after, not at once)."""
+    deadline = time.monotonic() + seconds
     while (survivors := [p for p in os.listdir("/proc") if p.isdigit() and _comm(p) == name]) and \
             time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not survivors, f"processes {survivors} outlived the sandbox"
+    return survivors
 
 
 def _comm(pid: str) -> str:

@@ -7,9 +7,9 @@
 from grpo_playground.eval.backends import BACKENDS, make_backend
 from grpo_playground.eval.generation import Generation
 from grpo_playground.eval.metrics import CompletionGrade, grade_completion, summarize
-from grpo_playground.eval.runner import evaluate, summary_line
+from grpo_playground.eval.runner import evaluate, evaluate_each, summary_line
 
 __all__ = [
-    "BACKENDS", "CompletionGrade", "Generation", "evaluate", "make_backend",
+    "BACKENDS", "CompletionGrade", "Generation", "evaluate", "evaluate_each", "make_backend",
     "grade_completion", "summarize", "summary_line",
 ]

@@ -55,7 +55,8 @@ class TransformersBackend:
 BACKENDS = {"transformers": TransformersBackend, "llama.cpp": LlamaCppBackend, "vllm": VllmBackend}
 
 
-def make_backend(name: str, model: str, device: str | None = None, dtype: str | None = None) -> Backend:
+def make_backend(name: str, model: str, device: str | None = None, dtype: str | None = None, **options) -> Backend:
+    """options: what one backend takes beyond these (vLLM: `family`, the checkpoints to evaluate next)."""
     if name not in BACKENDS:
         raise ValueError(f"eval backend {name!r} is not available: use one of {', '.join(BACKENDS)}")
-    return BACKENDS[name](model, device=device, dtype=dtype)
+    return BACKENDS[name](model, device=device, dtype=dtype, **options)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from grpo_playground.contracts.layout import EXPORT_MERGED_DIR, LORA_GGUF_SUFFIX, base_gguf_of
 from grpo_playground.eval.generation import Generation, end_of_turn_ids
 from grpo_playground.serving.backends import vllm_unavailable_reason
 from grpo_playground.serving.process import BackendUnavailable
@@ -28,11 +29,11 @@ def _gguf_and_tokenizer_source(model: str) -> tuple[Path, Path | None, str]:
         raise ValueError(f"llama.cpp eval needs a .gguf file or a GGUF registry model, got {model!r}: "
                          "export the run first (python -m pipelines.export --run RUN_DIR --gguf q4_k_m)")
     lora = None
-    if path.name.endswith(".lora.gguf"):
-        lora, path = path, path.with_name(path.name.replace(".lora.gguf", ".base.f16.gguf"))
+    if path.name.endswith(LORA_GGUF_SUFFIX):
+        lora, path = path, path.with_name(base_gguf_of(path.name))
         if not path.is_file():
             raise FileNotFoundError(f"{lora.name} needs its base model {path.name} beside it: re-export with --lora-gguf")
-    merged = path.parent / "merged"  # pipelines.export keeps the HF tokenizer there
+    merged = path.parent / EXPORT_MERGED_DIR  # pipelines.export keeps the HF tokenizer there
     if not (merged / "tokenizer_config.json").is_file():
         raise FileNotFoundError(f"no HF tokenizer beside {path.name} (expected {merged}): eval renders prompts with "
                                 "the HF chat template, so evaluate a file written by pipelines.export")
@@ -82,40 +83,77 @@ def eval_memory_share(model_dir) -> float:
                         torch.cuda.get_device_properties(0).total_memory)
 
 
+def _vllm_checkpoint(model: str):
+    """(the checkpoint's spec, its base model's spec), refusing an adapter vLLM cannot load (with the fix)."""
+    from grpo_playground.models import resolve_model
+    from grpo_playground.serving.backends import vllm_adapter_problem
+
+    spec = resolve_model(model)
+    problem = vllm_adapter_problem(spec.location) if spec.source == "adapter" else None
+    if problem:
+        raise ValueError(problem)
+    return spec, (spec.base if spec.source == "adapter" else spec)
+
+
 class VllmBackend:
     """Batched greedy decoding in vLLM; a LoRA folder is applied per request on the unmerged base. Decodes from
     the same token ids and stops at the same end-of-turn tokens as the transformers backend."""
 
     name = "vllm"
+    schedules_batches = True  # given every prompt at once, vLLM batches them itself (faster than our chunks)
 
-    def __init__(self, model: str, device: str | None = None, dtype: str | None = None):
-        from grpo_playground.models import hf_dir, load_tokenizer, resolve_model
-        from grpo_playground.serving.backends import VLLM_LORA_RANKS, lora_rank, vllm_adapter_problem, vllm_env
+    def __init__(self, model: str, device: str | None = None, dtype: str | None = None, family: tuple[str, ...] = ()):
+        """`family`: other checkpoints to evaluate next on the same engine (`switch_to`): their adapters size the
+        engine's LoRA slots, so base, SFT and GRPO of one run pay for one engine start, not three."""
+        from grpo_playground.models import hf_dir, load_tokenizer
+        from grpo_playground.serving.backends import VLLM_LORA_RANKS, lora_rank, vllm_env
 
         reason = vllm_unavailable_reason()
         if reason:
             raise BackendUnavailable(reason)
-        spec = resolve_model(model)
-        problem = vllm_adapter_problem(spec.location) if spec.source == "adapter" else None
-        if problem:
-            raise ValueError(problem)
+        spec, base = _vllm_checkpoint(model)
+        self.base_dir = hf_dir(base)
+        adapters = [s.location for s, b in map(_vllm_checkpoint, (model, *family))
+                    if s.source == "adapter" and hf_dir(b) == self.base_dir]
         for key, value in vllm_env().items():  # read by vLLM at import and by its engine process
             os.environ.setdefault(key, value)
         from vllm import LLM
-        from vllm.lora.request import LoRARequest
 
         self.tokenizer = load_tokenizer(spec)
         self.stop_ids = sorted(end_of_turn_ids(self.tokenizer))
-        base = spec.base if spec.source == "adapter" else spec
-        self.lora = LoRARequest("adapter", 1, spec.location) if spec.source == "adapter" else None
-        rank = lora_rank(spec.location) if self.lora else 8
+        self.lora_ids: dict[str, int] = {}
+        self.lora = self._request(spec)
+        rank = max([lora_rank(a) for a in adapters] or [8])
+        self.max_lora_rank = next(r for r in VLLM_LORA_RANKS if r >= rank) if adapters else 0
         # bfloat16 as the transformers backend uses on a GPU (the converted SmolLM2 folder says float32); a memory
         # share sized from the model, not a fixed 0.7: on the H200 a fixed 0.7 failed when another engine held memory.
         # Eager: an evaluation is one batch, and torch.compile + CUDA-graph capture took the engine start past 105 s
         # on the H200 (results/gpu/h200_chat/eval_speed_vllm.vllm.log) for a generation of a few seconds.
-        self.llm = LLM(model=str(hf_dir(base)), dtype=dtype or "bfloat16", enable_lora=self.lora is not None,
-                       max_lora_rank=next(r for r in VLLM_LORA_RANKS if r >= rank), seed=0, enforce_eager=True,
-                       gpu_memory_utilization=eval_memory_share(hf_dir(base)))
+        self.llm = LLM(model=str(self.base_dir), dtype=dtype or "bfloat16", enable_lora=bool(adapters),
+                       max_lora_rank=self.max_lora_rank or 8, seed=0, enforce_eager=True,
+                       gpu_memory_utilization=eval_memory_share(self.base_dir))
+
+    def _request(self, spec):
+        """The LoRARequest for an adapter checkpoint (one id per adapter folder), None for the base itself."""
+        from vllm.lora.request import LoRARequest
+
+        if spec.source != "adapter":
+            return None
+        lora_id = self.lora_ids.setdefault(str(spec.location), len(self.lora_ids) + 1)
+        return LoRARequest(f"adapter-{lora_id}", lora_id, str(spec.location))
+
+    def switch_to(self, model: str) -> bool:
+        """Evaluate `model` next on this engine when it is this base or an adapter on it; False: it needs its own."""
+        from grpo_playground.models import hf_dir, load_tokenizer
+        from grpo_playground.serving.backends import lora_rank
+
+        spec, base = _vllm_checkpoint(model)
+        if hf_dir(base) != self.base_dir or (spec.source == "adapter" and lora_rank(spec.location) > self.max_lora_rank):
+            return False
+        self.lora = self._request(spec)
+        self.tokenizer = load_tokenizer(spec)  # a run's tokenizer carries its own chat template
+        self.stop_ids = sorted(end_of_turn_ids(self.tokenizer))
+        return True
 
     def generate(self, prompts: list[str], max_new_tokens: int) -> list[Generation]:
         from vllm import SamplingParams

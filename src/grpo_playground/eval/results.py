@@ -7,10 +7,10 @@ is the record, so results survive a closed browser or an app restart and the pan
 from __future__ import annotations
 
 import re
-import sys
 import time
 from pathlib import Path
 
+from grpo_playground.cli.args import EvalArgs
 from grpo_playground.run_layout import ADAPTER_CONFIG, EVALS_DIR, TRAINED_STAGES, adapter_dir, evals_dir, read_json, runs_dir
 
 CHART_METRICS = ("accuracy", "lenient_accuracy", "format_rate", "recheck_rate")
@@ -58,9 +58,11 @@ def checkpoint_label(model: str) -> str:
     return f"{path.parent.name}/{path.name}" if path.is_absolute() else model
 
 
-def eval_command(model: str, data: str, n: int, batch_size: int, max_new_tokens: int, out: Path) -> list[str]:
-    return [sys.executable, "-m", "pipelines.eval", "--model", model, "--data", data, "--n", str(n),
-            "--batch-size", str(batch_size), "--max-new-tokens", str(max_new_tokens), "--out", str(out)]
+def eval_command(models: list[str], data: str, n: int, batch_size: int, max_new_tokens: int, outs: list[Path],
+                 backend: str = "transformers") -> list[str]:
+    """One `pipelines.eval` process for `models` in turn, each written to its `outs` file."""
+    return EvalArgs(tuple(models), data, n, batch_size, max_new_tokens, backend=backend,
+                    out=tuple(Path(o) for o in outs)).command()
 
 
 def result_path(model: str) -> Path:

@@ -42,8 +42,13 @@ def evaluate(
     device: str | None = None,
     dtype: str | None = None,
     log=lambda message: print(message, file=sys.stderr, flush=True),
+    engine=None,
+    engine_seconds: float = 0.0,
 ) -> dict:
     """Evaluate `model` on the first `n` examples of `data`; returns the summary plus every scored completion.
+
+    engine: an already started backend set to `model` (evaluate_each shares one across checkpoints), which took
+    engine_seconds to start (counted in this result's `seconds`; 0 for the checkpoints after the first).
 
     tags / prefill_reasoning: None takes the run's recipe when `model` is a run folder, else the defaults
     (the recipe's tags, prefill on: the RunConfig default).
@@ -60,17 +65,20 @@ def evaluate(
     log(f"eval: {loaded.summary()}")
 
     started = time.monotonic()
-    engine = make_backend(backend, model, device=device, dtype=dtype)
+    if engine is None:
+        engine = make_backend(backend, model, device=device, dtype=dtype)
+        engine_seconds = time.monotonic() - started
     engine_ready = time.monotonic()
     prompts = [render_prompt(engine.tokenizer, e["prompt"], tags, prefill, enable_thinking) for e in examples]
     # Batches of similar length waste less compute on padding; the order is fixed, so results are reproducible.
     order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), i))
     generations = [None] * len(prompts)
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
+    step = len(order) if getattr(engine, "schedules_batches", False) else batch_size  # vLLM batches by itself
+    for start in range(0, len(order), step):
+        chunk = order[start : start + step]
         for i, generation in zip(chunk, engine.generate([prompts[i] for i in chunk], max_new_tokens)):
             generations[i] = generation
-        log(f"eval: {min(start + batch_size, len(order))}/{len(order)} completions ({time.monotonic() - started:.0f} s)")
+        log(f"eval: {min(start + step, len(order))}/{len(order)} completions ({time.monotonic() - started:.0f} s)")
 
     scores = [grade_completion(g.text, e["answer"], tags, g.n_tokens, g.truncated) for g, e in zip(generations, examples)]
     summary = summarize(scores, [e["level"] for e in examples])
@@ -86,10 +94,32 @@ def evaluate(
     return {
         "model": model, "data": data, **summary, "skipped": loaded.skipped,
         # seconds: model load + generation; generate_seconds: generation alone (vLLM's engine start is ~50 s)
-        "seconds": round(time.monotonic() - started, 1), "generate_seconds": round(time.monotonic() - engine_ready, 2),
+        "seconds": round(time.monotonic() - engine_ready + engine_seconds, 1),
+        "generate_seconds": round(time.monotonic() - engine_ready, 2), "engine_seconds": round(engine_seconds, 1),
         "settings": settings, "example_prompt": prompts[0],
         "completions": completions,
     }
+
+
+def evaluate_each(models: list[str], backend: str = "transformers", device: str | None = None,
+                  dtype: str | None = None, **kwargs):
+    """evaluate() each model in turn, yielding its result; checkpoints a started engine can switch to (vLLM: the
+    base and its adapters) share it, so three checkpoints of one run cost one engine start."""
+    engine = None
+    for i, model in enumerate(models):
+        began, started_one = time.monotonic(), False
+        if engine is None or not getattr(engine, "switch_to", lambda _: False)(model):
+            _close(engine)
+            family = {"family": tuple(models[i + 1:])} if backend == "vllm" else {}
+            engine, started_one = make_backend(backend, model, device=device, dtype=dtype, **family), True
+        yield evaluate(model, backend=backend, device=device, dtype=dtype, engine=engine,
+                       engine_seconds=time.monotonic() - began if started_one else 0.0, **kwargs)
+    _close(engine)
+
+
+def _close(engine) -> None:
+    if engine is not None and hasattr(engine, "close"):
+        engine.close()
 
 
 def summary_line(result: dict) -> dict:

@@ -8,18 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from grpo_playground.contracts.layout import CONVERTER_GGUF_TYPES as CONVERTER_TYPES
+from grpo_playground.contracts.layout import GGUF_TYPES, QUANT_GGUF_TYPES
 from grpo_playground.export.converters import convert_lora, convert_model
 
-# The converter writes these directly; the rest are made from the f16 file by llama.cpp's quantizer.
-CONVERTER_TYPES = ("f32", "f16", "bf16")
-QUANT_TYPES = {
-    "q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0",
-    "q6_k": "LLAMA_FTYPE_MOSTLY_Q6_K",
-    "q5_k_m": "LLAMA_FTYPE_MOSTLY_Q5_K_M",
-    "q4_k_m": "LLAMA_FTYPE_MOSTLY_Q4_K_M",
-    "q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0",
-}
-GGUF_TYPES = CONVERTER_TYPES + tuple(QUANT_TYPES)
+# The converter writes CONVERTER_TYPES directly; the rest are made from the f16 file by llama.cpp's quantizer,
+# each under its llama_cpp file-type constant.
+QUANT_TYPES = {name: f"LLAMA_FTYPE_MOSTLY_{name.upper()}" for name in QUANT_GGUF_TYPES}
 
 
 def check_types(types: list[str] | tuple[str, ...]) -> list[str]:

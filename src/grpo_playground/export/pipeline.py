@@ -1,6 +1,6 @@
 """export_run: a trained run (or a plain model) -> LoRA copy, merged HF model, GGUF files, GGUF LoRA adapter,
 Ollama Modelfile, optional hub upload, and export.json with the checks. Runs in a child process (it
-imports torch); the UI starts it through `export_command`.
+imports torch); the UI starts it with `cli.args.ExportArgs(...).command()`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,12 @@ from grpo_playground.export.hub import push_folder
 from grpo_playground.export.modelfile import write_modelfile
 from grpo_playground.run_layout import (
     ADAPTER_CONFIG,
+    BASE_MODEL_SUFFIX,
     EXPORT_LOG,
+    EXPORT_LORA_DIR,
+    EXPORT_MERGED_DIR,
     EXPORT_RESULT,
+    LORA_GGUF_SUFFIX,
     TRAINED_STAGES,
     adapter_dir,
     export_dir,
@@ -136,7 +140,7 @@ def export_run(
 
     Files in out_dir (default RUN_DIR/export/<stage>/ or exports/<model>/): `lora/` (the adapter),
     `merged/` (HF folder), `<name>.<type>.gguf` for each type (f16 always), with lora_gguf also
-    `<name>.lora.gguf` plus `<name>.base-f16.gguf` to run it on, `Modelfile`, `export.json` (its "state": running,
+    `<name>.lora.gguf` plus `<name>.base.f16.gguf` to run it on, `Modelfile`, `export.json` (its "state": running,
     finished or failed, with "error"), `export.log`.
     """
     from grpo_playground.models import hf_dir, resolve_model
@@ -172,11 +176,11 @@ def export_run(
 
     with _recorded(out / EXPORT_RESULT, result):
         if adapter is not None:
-            say(f"copying the LoRA adapter {adapter} -> {out / 'lora'}")
-            shutil.copytree(adapter, out / "lora", dirs_exist_ok=True)
-            result["files"]["lora"] = str(out / "lora")
+            say(f"copying the LoRA adapter {adapter} -> {out / EXPORT_LORA_DIR}")
+            shutil.copytree(adapter, out / EXPORT_LORA_DIR, dirs_exist_ok=True)
+            result["files"]["lora"] = str(out / EXPORT_LORA_DIR)
         say(f"{'merging the adapter into' if adapter else 'loading'} {base_spec.name} (float32)")
-        merged_dir = out / "merged"
+        merged_dir = out / EXPORT_MERGED_DIR
         hf_model, tokenizer = _merged_model(adapter, model, merged_dir, (tags, prefill) if adapter is not None else None)
         result["files"]["merged"] = str(merged_dir)
 
@@ -186,8 +190,9 @@ def export_run(
         if lora_gguf:
             say("writing the GGUF LoRA adapter and the base f16 GGUF it runs on")
             base_dir = _base_with_tokenizer(hf_dir(base_spec), merged_dir, out / "base")
-            result["files"]["lora_gguf"] = str(write_lora_gguf(out / "lora", base_dir, out / f"{name}.lora.gguf", log))
-            base_gguf = write_model_ggufs(base_dir, out, f"{name}.base", [], log)["f16"]
+            result["files"]["lora_gguf"] = str(write_lora_gguf(out / EXPORT_LORA_DIR, base_dir,
+                                                                       out / f"{name}{LORA_GGUF_SUFFIX}", log))
+            base_gguf = write_model_ggufs(base_dir, out, f"{name}{BASE_MODEL_SUFFIX}", [], log)["f16"]
             shutil.rmtree(base_dir)
             result["files"]["base_gguf_f16"] = str(base_gguf)
 

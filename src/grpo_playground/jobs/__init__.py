@@ -18,7 +18,8 @@ from grpo_playground.jobs.control import (
 )
 from grpo_playground.jobs.exports import export_state, start_export
 from grpo_playground.jobs.feed import JsonlTail, RunFeed, read_log_tail
-from grpo_playground.jobs.runs import RunInfo, group_members, kill_group, list_runs, load_run, queue_order, reconcile
+from grpo_playground.contracts.process import group_members, kill_group
+from grpo_playground.jobs.runs import RunInfo, list_runs, load_run, queue_order, reconcile
 from grpo_playground.run_layout import ACTIVE_STATES, FINAL_STATES, run_path, runs_dir
 from grpo_playground.run_layout import JOB_STAGES as STAGES  # the stages a job runs, as the tab offers them
 

@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from grpo_playground.child_process import CHECKOUT
-from grpo_playground.jobs.runs import is_alive, process_start_ticks
-from grpo_playground.run_layout import read_json, write_json_atomic
+from grpo_playground.contracts.process import is_alive, process_start_ticks, read_json, write_json_atomic
 
 
 def start_detached(command: list[str], log: BinaryIO, env: dict[str, str]) -> dict:

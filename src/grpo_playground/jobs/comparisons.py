@@ -18,22 +18,22 @@ import os
 import re
 import shlex
 import shutil
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from grpo_playground.child_process import env_without_secrets, python_child_env
+from grpo_playground.child_process import job_env
+from grpo_playground.cli.args import CompareArgs
 from grpo_playground.data.generator import LEVELS
 from grpo_playground.data.spec import parse_levels
-from grpo_playground.jobs.launcher import LOCK_NAME
 from grpo_playground.jobs.background import start_detached, stop_detached
-from grpo_playground.jobs.runs import is_alive
+from grpo_playground.contracts.process import is_alive, log_tail
 from grpo_playground.run_layout import (
     COMPARISON_JOB,
     COMPARISON_LOG,
     COMPARISON_RESULT,
     COMPARISON_WORK,
+    GPU_LOCK,
     PROGRESS_FILE,
     RECIPE_FILE,
     RUN_ID_RE,
@@ -44,11 +44,11 @@ from grpo_playground.run_layout import (
     runs_dir,
     write_json_atomic,
 )
-from grpo_playground.serving.process import log_tail
 
 SLOT_MARK = "[compare] got the training slot"
 MAX_JOB_S = 4 * 3600  # the whole chain: SFT rounds, three arms of at most MAX_MINUTES, four evaluations
 LOG_TAIL_LINES = 40
+LOG_TAIL_BYTES = 16_000
 LEVELS_RE = re.compile(r"^\d(-\d)?(,\d(-\d)?){0,9}$")  # single digits: "1-999999999" would build a huge range
 
 
@@ -96,12 +96,11 @@ def comparison_path(comparison_id: str) -> Path:
 def experiment_command(folder: Path, plan: ComparisonPlan) -> list[str]:
     """The CLI the job runs (and the panel shows, to rerun it by hand or with larger sizes)."""
     sources = plan.sources()
-    return [sys.executable, "-m", "pipelines.experiments.seed_regime", "--recipe", str(folder / RECIPE_FILE),
-            "--worked", sources["worked"], "--answers", sources["answers"], "--eval-data", sources["eval"],
-            "--n-worked", str(plan.n_worked), "--n-answers", str(plan.n_answers), "--n-eval", str(plan.n_eval),
-            "--minutes", f"{plan.minutes:g}", "--round-steps", str(plan.round_steps),
-            "--max-rounds", str(plan.max_rounds), "--format-target", f"{plan.format_target:g}",
-            "--work", str(folder / COMPARISON_WORK), "--out", str(folder / COMPARISON_RESULT)]
+    return CompareArgs(recipe=folder / RECIPE_FILE, worked=sources["worked"], answers=sources["answers"],
+                       eval_data=sources["eval"], n_worked=plan.n_worked, n_answers=plan.n_answers,
+                       n_eval=plan.n_eval, minutes=plan.minutes, round_steps=plan.round_steps,
+                       max_rounds=plan.max_rounds, format_target=plan.format_target,
+                       work=folder / COMPARISON_WORK, out=folder / COMPARISON_RESULT).command()
 
 
 def comparison_state(comparison_id: str) -> dict:
@@ -110,7 +109,7 @@ def comparison_state(comparison_id: str) -> dict:
     "log"}."""
     folder = comparison_path(comparison_id)
     job = read_json(folder / COMPARISON_JOB)
-    log = log_tail(folder / COMPARISON_LOG, LOG_TAIL_LINES)
+    log = log_tail(folder / COMPARISON_LOG, LOG_TAIL_BYTES, lines=LOG_TAIL_LINES)
     progress_file = read_json(folder / COMPARISON_WORK / PROGRESS_FILE)
     progress = progress_file.get("steps", {})
     result = read_json(folder / f"{COMPARISON_RESULT}.json") or None
@@ -151,7 +150,7 @@ def start_comparison(recipe: Path, recipe_name: str, plan: ComparisonPlan) -> di
     folder.mkdir()
     shutil.copyfile(recipe, folder / RECIPE_FILE)
     command = experiment_command(folder, plan)
-    lock = runs_dir() / LOCK_NAME
+    lock = runs_dir() / GPU_LOCK
     # flock holds the training slot for the whole chain (its child inherits the locked fd); --foreground keeps
     # `timeout` in the job's process group, so Stop (killpg) reaches every training child too. It only signals
     # the experiment, so past the limit `kill 0` ends the rest of the group (a training child).
@@ -160,7 +159,7 @@ def start_comparison(recipe: Path, recipe_name: str, plan: ComparisonPlan) -> di
              "exit $rc")
     chain = (f"echo '[compare] waiting for the training slot'; "
              f"exec flock {shlex.quote(str(lock))} /bin/sh -c {shlex.quote(inner)}")
-    env = python_child_env(env_without_secrets(), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    env = job_env(OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     with open(folder / COMPARISON_LOG, "wb") as log:
         process = start_detached(["/bin/sh", "-c", chain], log, env)
     write_json_atomic(folder / COMPARISON_JOB, {

@@ -18,19 +18,11 @@ import time
 from pathlib import Path
 
 from grpo_playground.child_process import CHECKOUT as ROOT
-from grpo_playground.child_process import python_child_env
+from grpo_playground.child_process import job_env
+from grpo_playground.cli.args import TrainArgs
 from grpo_playground.config import RunConfig, save_recipe
-from grpo_playground.jobs.runs import (
-    RunInfo,
-    compact_metrics,
-    is_alive,
-    kill_group,
-    load_run,
-    process_start_ticks,
-    queue_order,
-    reconcile,
-    stop_grace_s,
-)
+from grpo_playground.contracts.process import is_alive, kill_group, process_start_ticks
+from grpo_playground.jobs.runs import RunInfo, compact_metrics, load_run, queue_order, reconcile, stop_grace_s
 from grpo_playground.run_layout import (
     ACTIVE_STATES,
     JOB_FILE,
@@ -64,14 +56,10 @@ def check_owner(token: str | None, action: str = "starting, stopping and resumin
 
 
 def train_command(run_dir: Path, stage: str = "all", resume: bool = False) -> list[str]:
-    """The CLI that runs a recipe, as the job runs it (and as the tab shows it for copy-paste)."""
+    """The CLI that runs a run folder's recipe, as the job runs it."""
     if stage not in JOB_STAGES:
         raise ValueError(f"stage {stage!r} is unknown: use one of {', '.join(JOB_STAGES)}")
-    command = [sys.executable, "-m", "pipelines.train", "--config", str(Path(run_dir) / RECIPE_FILE),
-               "--run-dir", str(run_dir)]
-    if stage != "all":
-        command += ["--stage", stage]
-    return command + (["--resume"] if resume else [])
+    return TrainArgs(Path(run_dir) / RECIPE_FILE, run_dir=Path(run_dir), stage=stage, resume=resume).command()
 
 
 def shell_command(command: list[str]) -> str:
@@ -105,7 +93,7 @@ def spawn_job(run_dir: Path, command: list[str], stage: str = "all") -> RunInfo:
     queued_at = time.time()
     # pid None: the previous attempt's pid must not make this fresh entry look dead before job.json exists
     write_status(run_dir, state="queued", pid=None, reason="waiting for the training slot")
-    env = python_child_env()
+    env = job_env()
     launcher = [sys.executable, "-m", "grpo_playground.jobs.launcher", "--run-dir", str(run_dir), "--", *command]
     with open(run_dir / LOG_FILE, "ab") as log:
         log.write(f"\n[ui] {time.strftime('%Y-%m-%d %H:%M:%S')} queued: {shell_command(command)}\n".encode())
@@ -170,10 +158,11 @@ def stop_run(run_id: str, token: str | None = None) -> RunInfo:
         # saves a checkpoint at its next step boundary, and kill what is left only after the grace period.
         target = trainer
         if pgid:
-            threading.Thread(target=_kill_group_after_grace, args=(trainer, int(pgid)), daemon=True).start()
+            threading.Thread(target=_end_orphaned_job, args=(info.path, trainer, int(pgid)), daemon=True).start()
     else:
         if pgid:
             kill_group(int(pgid))
+        compact_metrics(info.path)  # what the launcher does when a job ends
         write_status(info.path, state="stopped", reason="stopped (launcher gone: processes killed)")
         return load_run(info.path)
     _signal(target, signal.SIGTERM)
@@ -196,11 +185,14 @@ def _live_trainer(info: RunInfo) -> int | None:
         return None
 
 
-def _kill_group_after_grace(trainer: int, pgid: int) -> None:
+def _end_orphaned_job(run_dir: Path, trainer: int, pgid: int) -> None:
+    """What the dead launcher would have done once the trainer stopped: kill what is left after the grace period,
+    and drop the metric rows a resumed job replayed."""
     deadline = time.time() + stop_grace_s()
     while time.time() < deadline and is_alive(trainer):
         time.sleep(0.5)
     kill_group(pgid)  # leftovers (e.g. generation workers), or the trainer itself past the grace period
+    compact_metrics(run_dir)
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -14,10 +14,10 @@ import shlex
 import time
 from pathlib import Path
 
-from grpo_playground.child_process import python_child_env
+from grpo_playground.child_process import job_env
 from grpo_playground.eval import results as store
 from grpo_playground.jobs.background import start_detached, stop_detached
-from grpo_playground.jobs.runs import is_alive
+from grpo_playground.contracts.process import is_alive, log_tail
 from grpo_playground.run_layout import EVAL_JOB, EVAL_LOG, evals_dir, read_json, write_json_atomic
 MAX_EVAL_S = 3 * 3600  # per checkpoint: a hung model server or a huge n on CPU is stopped
 LOG_TAIL_BYTES = 4000
@@ -35,7 +35,7 @@ def eval_job_state() -> dict:
     if not job:
         return {"state": "none", "items": [], "log": ""}
     running = is_alive(job.get("pid"), job.get("start_ticks"))
-    log = _tail(evals_dir() / EVAL_LOG)
+    log = log_tail(evals_dir() / EVAL_LOG, LOG_TAIL_BYTES)
     failed = {line.split(FAILED_MARK, 1)[1].rsplit(" (exit", 1)[0].strip()
               for line in log.splitlines() if FAILED_MARK in line}
     items, first_open = [], True
@@ -53,36 +53,33 @@ def eval_job_state() -> dict:
     return {"state": state, "items": items, "log": log}
 
 
-def start_eval_job(models: list[str], data: str, n: int, batch_size: int, max_new_tokens: int) -> dict:
+def start_eval_job(models: list[str], data: str, n: int, batch_size: int, max_new_tokens: int,
+                   backend: str = "transformers") -> dict:
     """Start evaluating `models` (already checked) one after the other; refuses while one runs."""
     if eval_job_state()["state"] == "running":
         raise RuntimeError("an evaluation is already running: wait for it or press Stop")
-    items, steps = [], []
-    for model in models:
-        out = store.result_path(model)
-        label = store.checkpoint_label(model)
-        command = store.eval_command(model, data, n, batch_size, max_new_tokens, out)
-        items.append({"label": label, "model": model, "out": str(out)})
+    items = [{"label": store.checkpoint_label(m), "model": m, "out": str(store.result_path(m))} for m in models]
+    # vLLM: one process for every checkpoint, so a base and its adapters share one engine start (~1 min each);
+    # other backends: one process per checkpoint, so one that fails does not take the next ones with it
+    groups = [items] if backend == "vllm" else [[item] for item in items]
+    steps = []
+    for group in groups:
+        command = store.eval_command([i["model"] for i in group], data, n, batch_size, max_new_tokens,
+                                     [Path(i["out"]) for i in group], backend)
+        labels = ", ".join(i["label"] for i in group)
+        failed = "; ".join(f"echo {shlex.quote(FAILED_MARK + ' ' + i['label'])} \"(exit $code)\"" for i in group)
         # --foreground keeps `timeout` in the job's process group, so Stop (killpg) reaches the evaluation too
-        steps.append(f"echo {shlex.quote(f'[eval] {label}')}; timeout --foreground {MAX_EVAL_S} {shlex.join(command)} "
-                     f"|| echo {shlex.quote(f'{FAILED_MARK} {label}')} \"(exit $?)\"")
-    env = python_child_env(OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+        steps.append(f"echo {shlex.quote(f'[eval] {labels}')}; timeout --foreground {MAX_EVAL_S * len(group)} "
+                     f"{shlex.join(command)} || {{ code=$?; {failed}; }}")
+    env = job_env(OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     log_path = evals_dir() / EVAL_LOG
     with open(log_path, "wb") as log:  # one job's log at a time: the results files are the record
         process = start_detached(["/bin/sh", "-c", "; ".join(steps)], log, env)
-    write_json_atomic(_job_file(), {**process, "items": items, "data": data, "started": time.time()})
+    write_json_atomic(_job_file(), {**process, "items": items, "data": data, "backend": backend,
+                                    "started": time.time()})
     return eval_job_state()
 
 
 def stop_eval_job() -> str:
     pid = stop_detached(_job_file())
     return "No evaluation is running." if pid is None else f"Stopped the evaluation (pid {pid})."
-
-
-def _tail(path: Path) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.path.getsize(path) - LOG_TAIL_BYTES))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""

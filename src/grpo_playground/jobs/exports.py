@@ -12,13 +12,16 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from grpo_playground.child_process import python_child_env
+from grpo_playground.child_process import job_env
+from grpo_playground.cli.args import ExportArgs
 from grpo_playground.jobs.background import start_detached
 from grpo_playground.jobs.control import check_owner
-from grpo_playground.jobs.runs import is_alive, load_run, reconcile
+from grpo_playground.contracts.process import is_alive, log_tail
+from grpo_playground.jobs.runs import load_run, reconcile
 from grpo_playground.run_layout import (
     ACTIVE_STATES,
     EXPORT_JOB,
+    GGUF_TYPES,
     EXPORT_LOG,
     EXPORT_RESULT,
     TRAINED_STAGES,
@@ -38,8 +41,6 @@ def start_export(run_id: str, gguf: list[str] | tuple[str, ...] = ("q4_k_m",), t
                  stage: str | None = None) -> dict:
     """Owner only: export a stopped or finished run's adapter of `stage` (default: the latest, grpo else sft) to
     these GGUF types."""
-    from grpo_playground.export import GGUF_TYPES, export_command
-
     check_owner(token)
     info = reconcile(load_run(run_path(run_id)))
     if info.state in ACTIVE_STATES:
@@ -55,12 +56,12 @@ def start_export(run_id: str, gguf: list[str] | tuple[str, ...] = ("q4_k_m",), t
         raise ValueError(f"GGUF types {unknown or list(gguf)} are not valid: choose from {', '.join(GGUF_TYPES)}")
     if export_state(info.path)["state"] == "running":
         raise RuntimeError(f"run {run_id} is already being exported: wait for it to finish")
-    command = export_command(info.path, stage=stage, gguf=list(gguf))
+    command = ExportArgs(run=str(info.path), stage=stage, gguf=tuple(gguf)).command()
     with open(info.path / EXPORT_LOG, "ab") as log:
         log.write(f"\n{MARKER} {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(command[1:])}\n".encode())
         log.flush()
         started = time.time()
-        process = start_detached(command, log, python_child_env())
+        process = start_detached(command, log, job_env())
     write_json_atomic(info.path / EXPORT_JOB, {
         **process, "command": command, "started": started,
         "result": str(export_dir(info.path, stage) / EXPORT_RESULT)})
@@ -90,12 +91,6 @@ def export_state(run_dir: Path) -> dict:
 
 
 def _last_attempt(path: Path) -> str:
-    try:
-        with open(path, "rb") as f:
-            end = f.seek(0, 2)
-            f.seek(max(0, end - LOG_TAIL_BYTES))
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
+    text = log_tail(path, LOG_TAIL_BYTES)
     start = text.rfind(MARKER)
     return text[start:] if start >= 0 else text

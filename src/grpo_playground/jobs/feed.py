@@ -6,15 +6,17 @@ plain data (offsets and records), so one `RunFeed` per browser session lives in 
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpo_playground.run_layout import LOG_FILE
+from grpo_playground.contracts.metrics import decode_record
+from grpo_playground.contracts.process import log_tail
+from grpo_playground.run_layout import DOCTOR_FILE, LOG_FILE, METRICS_FILE, SAMPLES_FILE
 
 MAX_READ_BYTES = 8 * 1024 * 1024  # per poll and file: a huge append is read over several polls
 KEEP_SAMPLES = 20  # sample groups are large (G completions each); the tab shows the latest ones
+FEEDS = {METRICS_FILE: "metrics", SAMPLES_FILE: "samples", DOCTOR_FILE: "findings"}  # file -> RunFeed attribute
 
 
 @dataclass
@@ -43,13 +45,11 @@ class JsonlTail:
         for line in complete.splitlines():
             if not line.strip():
                 continue
-            try:
-                value = json.loads(line)
-            except ValueError:
+            record = decode_record(line)
+            if record is None:
                 self.bad_lines += 1
-                continue
-            if isinstance(value, dict):
-                records.append(value)
+            else:
+                records.append(record)
         return records, reset
 
 
@@ -65,13 +65,13 @@ class RunFeed:
 
     def __post_init__(self) -> None:
         self.run_dir = Path(self.run_dir)
-        for name in ("metrics", "samples", "doctor"):
-            self.tails.setdefault(name, JsonlTail(self.run_dir / f"{name}.jsonl"))
+        for name in FEEDS:
+            self.tails.setdefault(name, JsonlTail(self.run_dir / name))
 
     def poll(self) -> bool:
         """Read what was appended; True when anything changed."""
         changed = False
-        for name, attr in (("metrics", "metrics"), ("samples", "samples"), ("doctor", "findings")):
+        for name, attr in FEEDS.items():
             records, reset = self.tails[name].read_new()
             if reset:
                 setattr(self, attr, [])
@@ -84,11 +84,4 @@ class RunFeed:
 
 def read_log_tail(run_dir: Path, max_bytes: int = 12_000) -> str:
     """The end of log.txt, starting at a line boundary."""
-    try:
-        with open(Path(run_dir) / LOG_FILE, "rb") as f:
-            end = f.seek(0, os.SEEK_END)
-            f.seek(max(0, end - max_bytes))
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    return text if end <= max_bytes else text[text.find("\n") + 1 :]
+    return log_tail(Path(run_dir) / LOG_FILE, max_bytes)

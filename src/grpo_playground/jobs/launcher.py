@@ -27,11 +27,11 @@ import sys
 import time
 from pathlib import Path
 
-from grpo_playground.jobs.runs import compact_metrics, kill_group, queue_order, stop_grace_s
-from grpo_playground.run_layout import FINAL_STATES, LOG_FILE, STOP_FILE, read_status, write_status
+from grpo_playground.contracts.process import kill_group, log_tail
+from grpo_playground.jobs.runs import compact_metrics, queue_order, stop_grace_s
+from grpo_playground.run_layout import FINAL_STATES, GPU_LOCK, LOG_FILE, STOP_FILE, read_status, write_status
 from grpo_playground.doctor import diagnose_crash  # pure Python, like this module
 
-LOCK_NAME = ".gpu.lock"
 POLL_S = 0.5
 LOG_TAIL_BYTES = 64_000
 ERROR_LINE_RE = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Interrupt)|Killed|Traceback)\b.*")
@@ -43,12 +43,7 @@ def crash_reason(log_path: Path, returncode: int, oom_kills_before: int | None =
     """One line saying why the job died (when the job could not say it itself, e.g. killed or crashed before
     its own handler): the doctor's diagnosis of the last error line (OOM, NaN logits), else that line. A
     signal is blamed on the out-of-memory killer only when the kernel's OOM count rose during the job."""
-    try:
-        with open(log_path, "rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
-            tail = f.read().decode("utf-8", "replace")
-    except OSError:
-        tail = ""
+    tail = log_tail(log_path, LOG_TAIL_BYTES)
     errors = [m.group(0).strip() for m in map(ERROR_LINE_RE.match, tail.splitlines()) if m]
     errors = [e for e in errors if not e.startswith("Traceback")]
     if errors:
@@ -91,7 +86,7 @@ def _on_sigterm(signum, frame) -> None:
 
 def wait_for_slot(run_dir: Path) -> int | None:
     """Block until this run is first in line and holds the lock; returns the lock fd, None if stopped."""
-    fd = os.open(run_dir.parent / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(run_dir.parent / GPU_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     while _stop_requested_at is None:
         line = queue_order()
         if not any(i.path == run_dir for i in line) or line[0].path == run_dir:

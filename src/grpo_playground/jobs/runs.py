@@ -7,13 +7,13 @@ or an app restart: the disk, not the UI process, is the source of truth.
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpo_playground.contracts.metrics import decode_record
+from grpo_playground.contracts.process import group_members, is_alive
 from grpo_playground.run_layout import (
     ACTIVE_STATES,
     JOB_FILE,
@@ -32,50 +32,6 @@ STOP_GRACE_ENV = "GRPO_PLAYGROUND_STOP_GRACE_S"  # seconds a stopping job may ta
 
 def stop_grace_s() -> float:
     return float(os.environ.get(STOP_GRACE_ENV, 300))  # a GRPO step of an 8B model plus its save: minutes
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """Start time of a live, non-zombie process (clock ticks since boot), None when it is gone.
-    Stored next to a pid so that a recycled pid is not mistaken for our job."""
-    try:
-        stat = Path(f"/proc/{int(pid)}/stat").read_text()
-    except (OSError, ValueError, TypeError):
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()  # the command name may hold spaces and parentheses
-    if fields[0] in ("Z", "X"):
-        return None
-    return int(fields[19])
-
-
-def is_alive(pid, start_ticks: int | None = None) -> bool:
-    ticks = process_start_ticks(pid) if pid else None
-    return ticks is not None and (start_ticks is None or ticks == start_ticks)
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) pids whose process group is `pgid`."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
-            members.append(int(entry.name))
-    return members
-
-
-def kill_group(pgid: int, spare: int | None = None) -> None:
-    """SIGKILL every live process of group `pgid` but `spare`; one that ended meanwhile is skipped."""
-    for pid in group_members(pgid):
-        if pid != spare:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 @dataclass
@@ -113,16 +69,13 @@ def compact_metrics(run_dir: Path) -> int:
         lines = path.read_bytes().splitlines(keepends=True)
     except OSError:
         return 0
+    rows = [decode_record(line) for line in lines]  # None: a half-written line, which stays as it is
     last: dict[tuple, int] = {}
-    for index, line in enumerate(lines):
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue  # a half-written line stays as it is
-        if isinstance(row, dict) and "stage" in row and "step" in row:
+    for index, row in enumerate(rows):
+        if _keyed(row):
             last[(str(row["stage"]), str(row["step"]), tuple(sorted(row)))] = index
     keep = set(last.values())
-    kept = [line for index, line in enumerate(lines) if index in keep or not _keyed_row(line)]
+    kept = [line for index, (line, row) in enumerate(zip(lines, rows)) if index in keep or not _keyed(row)]
     if len(kept) == len(lines):
         return 0
     tmp = path.with_name(path.name + ".tmp")
@@ -131,12 +84,8 @@ def compact_metrics(run_dir: Path) -> int:
     return len(lines) - len(kept)
 
 
-def _keyed_row(line: bytes) -> bool:
-    try:
-        row = json.loads(line)
-    except ValueError:
-        return False
-    return isinstance(row, dict) and "stage" in row and "step" in row
+def _keyed(row: dict | None) -> bool:
+    return row is not None and "stage" in row and "step" in row
 
 
 def reconcile(info: RunInfo) -> RunInfo:
@@ -145,6 +94,7 @@ def reconcile(info: RunInfo) -> RunInfo:
     # Without job.json or a pid we only know the UI wrote "queued" just before spawning: give it a minute.
     has_trace = bool(info.job or info.status.get("pid")) or time.time() - info.status.get("updated", 0) > 60
     if info.state in ACTIVE_STATES and has_trace and not info.processes_alive():
+        compact_metrics(info.path)  # the launcher died with the job: do its cleanup
         if (info.path / STOP_FILE).exists():
             info.status = write_status(info.path, state="stopped", reason="stopped (the process was killed)")
         else:

@@ -6,14 +6,17 @@
         result.scores, result.error, result.stdout, result.timed_out, result.memory_exceeded
 
 The code runs in a fresh `python -I -S -c custom_worker.py` (exec'd, never a fork of the app), in its own
-session, with a minimal environment, rlimits on CPU, address space, file size and process count (zero: no
-fork, no threads), a seccomp filter (jail.py), a wall-clock limit, and captured, truncated output. As root
-it drops to uid 65534. Two modes (docs/custom_rewards.md says exactly what each stops):
+session, with a minimal environment. Its launcher makes itself non-dumpable and loads the rlimits (CPU,
+address space, file size) and a seccomp allow-list (jail.py) before it forks the code, then neither may
+fork again (RLIMIT_NPROC 0: no threads either): every process of ours that the code can see is held alike.
+A wall-clock limit and captured, truncated output on top. As root it drops to uid 65534. Two modes
+(docs/custom_rewards.md says exactly what each stops):
 - "bubblewrap": inside a bwrap jail (jail.py): own namespaces, no capabilities, no network, only /usr
-  visible read-only, a private /tmp, the app's processes out of sight.
+  visible read-only, a private /tmp for scratch files, the app's processes out of sight.
 - "plain": where no namespace can be made (a non-root container), only if the owner also set
-  GRPO_PLAYGROUND_ALLOW_UNSANDBOXED_REWARD=1; the app then makes itself non-dumpable so the code cannot read
-  its /proc/<pid>/environ or memory. Without that setting, custom code is refused there.
+  GRPO_PLAYGROUND_ALLOW_UNSANDBOXED_REWARD=1. The filter then lets open() only read, so no file of the
+  app's user (nor /proc/<pid>/mem) can be written, and the app makes itself non-dumpable so the code cannot
+  read its /proc/<pid>/environ or memory. Without that setting, custom code is refused there.
 """
 
 from __future__ import annotations
@@ -173,7 +176,8 @@ def _run_worker(request: dict, limits: Limits, jailed: bool, drop_to_nobody: boo
         # -I: no env vars, no user site; -S: no site-packages, so the code sees the standard library only,
         # the same on every deployment. The worker's source goes on the command line: nothing to read.
         interpreter = _interpreter(drop_to_nobody)
-        cmd = [interpreter, "-I", "-S", "-c", WORKER.read_text(), str(result_w), jail.seccomp_program().hex(),
+        cmd = [interpreter, "-I", "-S", "-c", WORKER.read_text(), str(result_w),
+               jail.seccomp_program(scratch_files=jailed).hex(), ",".join(map(str, jail.signal_syscall_numbers())),
                str(limits.cpu_seconds), str(limits.memory_mb), str(limits.file_mb)]
         if jailed:
             cmd = [*jail.bwrap_command(interpreter, limits.file_mb), *cmd]
@@ -354,14 +358,15 @@ def _namespaces_work(drop_to_nobody: bool) -> bool:
 
 def _describe_isolation(limits: Limits, jailed: bool, drop_to_nobody: bool) -> str:
     parts = [f"separate process (python -I -S), wall {limits.wall_seconds:g} s, CPU {limits.cpu_seconds} s, "
-             f"memory {limits.memory_mb} MB, files {limits.file_mb} MB, no child processes, minimal environment, "
-             "seccomp filter (no mount, namespaces, ptrace, setsid)"]
+             f"memory {limits.memory_mb} MB, no child processes, minimal environment, seccomp allow-list (no "
+             "mount, namespaces, ptrace, sockets, exec, setsid, signals to others), the launcher held alike and "
+             "non-dumpable"]
     if drop_to_nobody:
         parts.append(f"runs as uid {NOBODY}")
     if jailed:
-        parts.append("bubblewrap jail: no capabilities, only /usr visible (read-only), private /tmp, no network, "
-                     "app processes invisible")
+        parts.append(f"bubblewrap jail: no capabilities, only /usr visible (read-only), private /tmp "
+                     f"({limits.file_mb} MB), no network, app processes invisible")
     else:
-        parts.append("plain mode (no namespaces): network and the app user's files reachable, app non-dumpable "
-                     "(see docs/custom_rewards.md)")
+        parts.append("plain mode (no namespaces): the app user's files readable but not writable, app "
+                     "non-dumpable (see docs/custom_rewards.md)")
     return "; ".join(parts)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from grpo_playground.doctor import Finding
+from grpo_playground.contracts.findings import Finding
 from grpo_playground.rewards.group import score_group
 from grpo_playground.rewards.registry import DEFAULT_WEIGHTS, REWARDS, validate_weights
 from grpo_playground.tags import DEFAULT_TAGS, Tags

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -20,6 +21,28 @@ LLAMA_CPP = "llama.cpp"
 VLLM = "vllm"
 CHAT_BACKENDS = (LLAMA_CPP, VLLM)
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)  # the values vLLM accepts for --max-lora-rank
+# A chat server's shape: the batch sizes chat makes (3 panes per question, a few visitors at once; 8 concurrent
+# chats is the benchmark) and the context a chat needs (the Chat tab's max tokens is 8192 at most).
+CHAT_MAX_SEQS = 16
+CHAT_CAPTURE_SIZES = (1, 2, 4, 8, 16)
+CHAT_MAX_LORAS = 3  # the side-by-side view's three panes, each its own adapter of one base, in one batch
+CHAT_MAX_MODEL_LEN = 8192
+CHAT_TOKENS_PER_SEQ = 2048  # the KV cache holds CHAT_MAX_SEQS chats this long (blocks are shared: one may be longer)
+CHAT_STREAM_INTERVAL = 2  # tokens per streamed event (fewer events at high rates; the tab redraws every 0.1 s)
+COMPILE_CACHES = {"VLLM_CACHE_ROOT": "vllm", "TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor"}
+# (marker in a vLLM server's log, what it does from then on): the Chat tab shows it while a server starts
+VLLM_STAGES = (
+    ("non-default args", "reading the model's config"),
+    ("Initializing a V1 LLM engine", "starting the engine"),
+    ("Starting to load model", "loading the weights"),
+    ("Using cache directory", "compiling the model (torch.compile; cached for the next start)"),
+    ("Directly load", "loading the compiled model from the cache"),
+    ("Initial profiling/warmup run", "measuring memory"),
+    ("Capturing CUDA graphs", "capturing CUDA graphs"),
+    ("Graph capturing finished", "reserving the KV cache"),
+    ("Starting vLLM server on", "starting the HTTP server"),
+)
+LLAMACPP_STAGES = (("llama_model_load", "loading the model"), ("Uvicorn running", "starting the HTTP server"))
 
 
 def nvidia_gpu_present() -> bool:
@@ -113,20 +136,78 @@ def run_chat_template(adapter_dir: str | Path, out_file: Path) -> Path | None:
 
 
 def vllm_env() -> dict[str, str]:
-    """Environment for a vLLM server or engine: runtime LoRA loading (the app hot-loads new checkpoints), and
-    vLLM's PyTorch sampler where FlashInfer is not installed (its FlashInfer sampler would fail to import)."""
-    env = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+    """Environment for a vLLM server or engine: runtime LoRA loading (the app hot-loads new checkpoints); vLLM's
+    PyTorch sampler where FlashInfer is not installed (its FlashInfer sampler would fail to import); and the compile
+    caches (vLLM's torch.compile graphs, Inductor's and Triton's kernels) in the app's cache folder, which
+    scripts/start.sh puts on the Space's persistent data root: a restarted Space loads them instead of compiling
+    again (by default they live under ~ and /tmp, which a restart empties). Variables already set are kept."""
+    from grpo_playground.models.loading import cache_dir
+
+    caches = cache_dir() / "compile"
+    env = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+           **{name: os.environ.get(name) or str(caches / folder) for name, folder in COMPILE_CACHES.items()}}
     if importlib.util.find_spec("flashinfer") is None:
         env["VLLM_USE_FLASHINFER_SAMPLER"] = "0"
     return env
 
 
+def vllm_has_engine_arg(name: str) -> bool:
+    """Whether the installed vLLM's engine arguments declare `name`, read from its source (importing vLLM takes
+    ~20 s): an option this version lacks is never passed (an unknown flag stops `vllm serve`)."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    try:
+        text = (Path(next(iter(spec.submodule_search_locations))) / "engine" / "arg_utils.py").read_text()
+    except OSError:
+        return False
+    return f"\n    {name}:" in text
+
+
+def base_config(base: str) -> dict | None:
+    """A base model's config.json: a local folder's, or a hub id's from the local HF cache (never downloaded)."""
+    path = Path(base) / "config.json"
+    if not path.is_file() and base.count("/") == 1 and not Path(base).exists():
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(base, "config.json")
+        except (ImportError, ValueError):
+            cached = None
+        path = Path(cached) if isinstance(cached, str) else path
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def chat_max_model_len(config: dict | None) -> int | None:
+    """CHAT_MAX_MODEL_LEN, or the base's own context length when shorter (vLLM refuses a longer one); None when
+    its config is unknown here (vLLM then takes the config's own length)."""
+    own = (config or {}).get("max_position_embeddings")
+    return min(CHAT_MAX_MODEL_LEN, int(own)) if own else None
+
+
+def chat_need_bytes(config: dict | None) -> int | None:
+    """The GPU memory a chat server of this base holds (vllm_memory's estimate for CHAT_MAX_SEQS chats of
+    CHAT_TOKENS_PER_SEQ tokens); None when its config is unknown here."""
+    from grpo_playground.vllm_memory import engine_bytes, shape_from_config
+
+    try:
+        return engine_bytes(shape_from_config(config), CHAT_MAX_SEQS, CHAT_TOKENS_PER_SEQ) if config else None
+    except KeyError:  # not a llama/qwen-style config
+        return None
+
+
 def vllm_command(base: str, loras: dict[str, str | Path], port: int, gpu_memory_utilization: float = 0.7,
                  max_model_len: int | None = None, base_name: str = "base", chat_template: Path | None = None,
-                 extra_args: tuple[str, ...] = ()) -> list[str]:
+                 extra_args: tuple[str, ...] = (), stream_interval: int | None = None) -> list[str]:
     """`vllm serve BASE --enable-lora --lora-modules name=PATH ...` run by this Python (no `vllm` script needed):
     each adapter is served by name, on top of the unmerged base weights; more can be hot-loaded later (see
-    client.load_lora). ValueError for an adapter vLLM cannot serve, naming the fix."""
+    client.load_lora). Shaped for chat: CHAT_MAX_SEQS sequences at once, CUDA graphs captured only for the batch
+    sizes chat makes (CHAT_CAPTURE_SIZES; vLLM's default captured 51 sizes x 2 modes up to 512, ~30 s of every
+    start on the H200), CHAT_MAX_LORAS adapters in one batch; `stream_interval` tokens per streamed event.
+    ValueError for an adapter vLLM cannot serve, naming the fix."""
     for name, path in loras.items():
         if not name.replace("-", "").replace("_", "").isalnum():
             raise ValueError(f"LoRA name {name!r}: use letters, digits, - and _ only")
@@ -139,7 +220,11 @@ def vllm_command(base: str, loras: dict[str, str | Path], port: int, gpu_memory_
         raise ValueError(f"LoRA rank {rank} is above vLLM's maximum {VLLM_LORA_RANKS[-1]}")
     command = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(base), "--host", "127.0.0.1",
                "--port", str(port), "--served-model-name", base_name,
-               "--gpu-memory-utilization", str(gpu_memory_utilization), "--enable-lora", "--max-lora-rank", str(max_rank)]
+               "--gpu-memory-utilization", str(gpu_memory_utilization), "--enable-lora", "--max-lora-rank", str(max_rank),
+               "--max-loras", str(CHAT_MAX_LORAS), "--max-num-seqs", str(CHAT_MAX_SEQS),
+               "--compilation-config", json.dumps({"cudagraph_capture_sizes": list(CHAT_CAPTURE_SIZES)})]
+    if stream_interval and stream_interval > 1:
+        command += ["--stream-interval", str(stream_interval)]
     if chat_template:  # one template per server: the base and every adapter are prompted alike
         command += ["--chat-template", str(chat_template)]
     if max_model_len:  # default: the context length in the model's config
@@ -157,19 +242,28 @@ def llamacpp_server(model: str | Path, lora: str | Path | None = None, **kwargs)
         raise FileNotFoundError(f"GGUF file {model} does not exist: export one with python -m pipelines.export")
     port = free_port()
     return ManagedServer(LLAMA_CPP, llamacpp_command(model, port, lora, **kwargs), port, "/v1/models",
-                         env={"OMP_NUM_THREADS": "1"})
+                         env={"OMP_NUM_THREADS": "1"}, stages=LLAMACPP_STAGES)
 
 
-def vllm_server(base: str, loras: dict[str, str | Path], log_file: Path | None = None, **kwargs) -> ManagedServer:
-    """A vLLM server (not started) for `base` + `loras`; log_file keeps its whole log (default: a temp file)."""
+def vllm_server(base: str, loras: dict[str, str | Path], log_file: Path | None = None,
+                gpu_memory_utilization: float = 0.7, **kwargs) -> ManagedServer:
+    """A vLLM chat server (not started) for `base` + `loras`; log_file keeps its whole log (default: a temp file).
+    It reports ready only after client.warm_up has sent each adapter a request (Triton compiles vLLM's LoRA and
+    sampling kernels on first use: a cold adapter streamed 13 tok/s on the H200)."""
+    from grpo_playground.serving.client import warm_up
+
     reason = vllm_unavailable_reason()
     if reason:
         raise BackendUnavailable(reason)
     port = free_port()
+    names = ["base", *loras]
     server = ManagedServer(VLLM, [], port, "/health", startup_timeout_s=900.0, env=vllm_env(),
                            keep_secrets=("HF_TOKEN",),  # a gated or private base may still need downloading
+                           stages=VLLM_STAGES, warm_up=lambda s: warm_up(s.base_url, names, CHAT_MAX_SEQS),
                            **({"log_file": Path(log_file)} if log_file else {}))
     first_adapter = next(iter(loras.values()), None)
     template = run_chat_template(first_adapter, server.log_file.with_suffix(".jinja")) if first_adapter else None
-    server.command = vllm_command(base, loras, port, chat_template=template, **kwargs)
+    kwargs.setdefault("max_model_len", chat_max_model_len(base_config(base)))
+    kwargs.setdefault("stream_interval", CHAT_STREAM_INTERVAL if vllm_has_engine_arg("stream_interval") else None)
+    server.command = vllm_command(base, loras, port, gpu_memory_utilization, chat_template=template, **kwargs)
     return server

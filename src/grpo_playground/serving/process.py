@@ -15,11 +15,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from collections.abc import Callable
+
 import httpx
 
 from grpo_playground.child_process import env_without_secrets
+from grpo_playground.contracts.process import log_tail
 
 LOG_TAIL_LINES = 25
+STAGE_SCAN_BYTES = 64_000  # where a starting server's log is searched for its stage
 
 
 class BackendUnavailable(RuntimeError):
@@ -30,13 +34,17 @@ class ServerFailed(RuntimeError):
     """The server process exited or never became healthy; the message carries its log tail."""
 
 
-def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+def log_stage(path: Path, stages: tuple[tuple[str, str], ...]) -> str | None:
+    """The stage a starting server is in: of (marker, words) pairs, the words of the marker seen last in its log."""
     try:
         with open(path, "rb") as handle:
-            handle.seek(max(0, os.path.getsize(path) - 16_000))
-            return "\n".join(handle.read().decode("utf-8", "replace").splitlines()[-lines:])
+            handle.seek(max(0, os.path.getsize(path) - STAGE_SCAN_BYTES))
+            text = handle.read().decode("utf-8", "replace")
     except OSError:
-        return ""
+        return None
+    seen = [(text.rfind(marker), words) for marker, words in stages]
+    position, words = max(seen, default=(-1, None))
+    return words if position >= 0 else None
 
 
 def new_log_file() -> Path:
@@ -57,7 +65,12 @@ class ManagedServer:
     env: dict[str, str] = field(default_factory=dict)
     keep_secrets: tuple[str, ...] = ()  # secret variables of the app it needs (others are left out)
     log_file: Path = field(default_factory=new_log_file)
+    stages: tuple[tuple[str, str], ...] = ()  # (log marker, what the server is doing then), for progress()
+    warm_up: Callable[[ManagedServer], None] | None = None  # run once healthy, before start() returns
     process: subprocess.Popen | None = None
+    phase: str = "stopped"  # stopped -> starting -> warming up -> ready
+    started_at: float | None = None  # time.monotonic() of the last launch
+    startup_s: float | None = None  # launch to ready, of the last start
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -77,12 +90,22 @@ class ManagedServer:
         except httpx.HTTPError:
             return False
 
+    def progress(self) -> str | None:
+        """While the server starts: what it is doing and for how long, e.g. "starting: 42 s (capturing CUDA
+        graphs)"; None once it is ready or stopped. Never waits for the start (it reads the log)."""
+        if self.phase not in ("starting", "warming up") or self.started_at is None:
+            return None
+        stage = "warming up the kernels" if self.phase == "warming up" else log_stage(self.log_file, self.stages)
+        return f"starting: {time.monotonic() - self.started_at:.0f} s" + (f" ({stage})" if stage else "")
+
     def start(self) -> ManagedServer:
-        """Start (or restart after a crash) and wait until healthy; ServerFailed with the log tail otherwise."""
+        """Start (or restart after a crash) and wait until healthy and warmed up; ServerFailed with the log tail
+        otherwise."""
         with self._lock:
-            if self.state() == "running" and self.healthy():
+            if self.state() == "running" and self.phase == "ready" and self.healthy():
                 return self
             self._kill()
+            self.phase, self.started_at = "starting", time.monotonic()
             with open(self.log_file, "ab") as log:
                 log.write(f"$ {' '.join(self.command)}\n".encode())
                 log.flush()
@@ -90,19 +113,32 @@ class ManagedServer:
                     self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     env=env_without_secrets(self.keep_secrets, **self.env), start_new_session=True,
                 )
-            deadline = time.monotonic() + self.startup_timeout_s
-            while time.monotonic() < deadline:
-                if self.process.poll() is not None:
-                    raise ServerFailed(self.failure_message())
-                if self.healthy():
-                    return self
-                time.sleep(0.3)
-            self._kill()
-            raise ServerFailed(f"{self.backend} server did not answer {self.health_path} within "
-                               f"{self.startup_timeout_s:.0f} s; log tail:\n{log_tail(self.log_file)}")
+            try:
+                self._wait_healthy(self.started_at + self.startup_timeout_s)
+                if self.warm_up is not None:
+                    self.phase = "warming up"
+                    self.warm_up(self)
+            except BaseException:
+                self._kill()
+                raise
+            self.phase, self.startup_s = "ready", round(time.monotonic() - self.started_at, 1)
+            return self
+
+    def _wait_healthy(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ServerFailed(self.failure_message())
+            if self.healthy():
+                return
+            time.sleep(0.3)
+        raise ServerFailed(f"{self.backend} server did not answer {self.health_path} within "
+                           f"{self.startup_timeout_s:.0f} s; log tail:\n{self.log_tail()}")
+
+    def log_tail(self) -> str:
+        return log_tail(self.log_file, lines=LOG_TAIL_LINES)
 
     def failure_message(self) -> str:
-        return f"{self.backend} server {self.state()}; log tail ({self.log_file}):\n{log_tail(self.log_file)}"
+        return f"{self.backend} server {self.state()}; log tail ({self.log_file}):\n{self.log_tail()}"
 
     def stop(self) -> None:
         with self._lock:
@@ -123,4 +159,4 @@ class ManagedServer:
                     break
                 except subprocess.TimeoutExpired:
                     continue
-        self.process = None
+        self.process, self.phase = None, "stopped"

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpo_playground.run_layout import ADAPTER_CONFIG, exports_dir, runs_dir
+from grpo_playground.run_layout import ADAPTER_CONFIG, LORA_GGUF_SUFFIX, base_gguf_of, exports_dir, runs_dir
 from grpo_playground.serving.backends import LLAMA_CPP, VLLM
 
 MAX_FILES = 500  # a bound on the scan, so a huge folder cannot stall the UI
@@ -48,8 +48,8 @@ def _gguf_targets(folder: Path, root: Path) -> list[ChatTarget]:
         if i >= MAX_FILES:
             break
         name = str(path.relative_to(root))
-        if path.name.endswith(".lora.gguf"):
-            base = path.with_name(path.name.replace(".lora.gguf", ".base.f16.gguf"))
+        if path.name.endswith(LORA_GGUF_SUFFIX):
+            base = path.with_name(base_gguf_of(path.name))
             if base.is_file():
                 found.append(ChatTarget(LLAMA_CPP, str(base), str(path), f"llama.cpp · {name} (base f16 + GGUF LoRA)"))
             continue

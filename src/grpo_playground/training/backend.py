@@ -70,17 +70,18 @@ def adapter_registered_tags(adapter: Path | None) -> bool:
     return bool(json.loads(config.read_text()).get("trainable_token_indices"))
 
 
-def vllm_memory_share(cfg: RunConfig, model_config: dict) -> float:
-    """model.gpu_memory_utilization when the recipe sets it, else sized from the model and the GRPO batch."""
-    if cfg.model.gpu_memory_utilization is not None:
-        return cfg.model.gpu_memory_utilization
-    import torch
-
+def vllm_memory_share(cfg: RunConfig, model_config: dict, weights_loaded: bool = True) -> float:
+    """model.gpu_memory_utilization when the recipe sets it, else sized from the model and the GRPO batch; then
+    the job's whole need is checked against what is free (gpu_share.GpuBusy names the chat servers to stop) and
+    recorded, so a chat server started later leaves it room."""
+    from grpo_playground.gpu_share import claim_for_training
     from grpo_playground.vllm_memory import memory_share, shape_from_config
 
     rows, _ = cfg.grpo.generation_batch()
-    return memory_share(shape_from_config(model_config), rows, cfg.model.max_seq_length,
-                        torch.cuda.get_device_properties(0).total_memory, cfg.model.load_in_4bit)
+    shape = shape_from_config(model_config)
+    return claim_for_training(cfg.model.gpu_memory_utilization, lambda total: memory_share(
+        shape, rows, cfg.model.max_seq_length, total, cfg.model.load_in_4bit), shape, model_config["vocab_size"],
+        rows, cfg.model.max_seq_length, weights_loaded, f"the GRPO job of run {cfg.name}")
 
 
 VLLM_TAGS_NOTE = ("format tags kept as ordinary text (data.register_tags ignored): vLLM rollouts sample from a copy "
@@ -199,7 +200,7 @@ def _load_unsloth(cfg: RunConfig, stage: str, base, start_adapter: Path | None) 
     from grpo_playground.vllm_memory import read_config
 
     use_vllm = stage == "grpo" and vllm_rollouts(cfg) and not adapter_registered_tags(start_adapter)
-    share = vllm_memory_share(cfg, read_config(hf_dir(base))) if use_vllm else 0.5
+    share = vllm_memory_share(cfg, read_config(hf_dir(base)), weights_loaded=False) if use_vllm else 0.5
     model, tokenizer = FastLanguageModel.from_pretrained(
         model_name=str(hf_dir(base)),
         max_seq_length=cfg.model.max_seq_length,

@@ -17,14 +17,13 @@ from grpo_playground.rewards import one_group_scale
 from grpo_playground.rewards.patterns import completion_text
 from grpo_playground.run_layout import DOCTOR_FILE, METRICS_FILE, SAMPLES_FILE
 from grpo_playground.step_timing import StepTimer
-from grpo_playground.doctor import Finding, diagnose
+from grpo_playground.contracts.findings import Finding
+from grpo_playground.contracts.metrics import HEADLINE_KEYS, NAN_STOPS_JOB
+from grpo_playground.doctor import diagnose
 from grpo_playground.training.multigpu import any_process
 from grpo_playground.training.progress import eta_seconds, step_note
 from grpo_playground.training.run_folder import RunFolder
 
-# Keys of a log line worth a glance in log.txt (everything goes to metrics.jsonl anyway).
-LOG_LINE_KEYS = ("loss", "reward", "reward_std", "frac_reward_zero_std", "kl", "completions/mean_length",
-                 "completions/clipped_ratio", "learning_rate", "grad_norm")
 
 
 class NaNError(RuntimeError):
@@ -166,7 +165,7 @@ class RunCallback(TrainerCallback):
         self.folder.append(METRICS_FILE, row)
         self.history.append(row)
         self.tracker.log_metrics(row)
-        shown = " ".join(f"{k.split('/')[-1] if '/' in k else k}={_short(logs[k])}" for k in LOG_LINE_KEYS if k in logs)
+        shown = " ".join(f"{k.split('/')[-1] if '/' in k else k}={_short(logs[k])}" for k in HEADLINE_KEYS if k in logs)
         note = step_note(state.global_step, state.max_steps,
                          eta_seconds(state.global_step, state.max_steps, self.first_step, self.started))
         self.folder.log(f"{self.stage} step {state.global_step}/{state.max_steps} ({note}) {shown}")
@@ -179,7 +178,7 @@ class RunCallback(TrainerCallback):
             self.folder.append(DOCTOR_FILE, finding.to_dict())
             self.folder.log(f"doctor [{finding.severity}] {finding.rule} at step {finding.step}: {finding.message}. "
                             f"Try: {finding.knob}")
-        bad = [k for k in ("loss", "grad_norm") if isinstance(logs.get(k), float) and not math.isfinite(logs[k])]
+        bad = [k for k in NAN_STOPS_JOB if isinstance(logs.get(k), float) and not math.isfinite(logs[k])]
         if bad:
             raise NaNError(f"{' and '.join(bad)} became NaN at {self.stage} step {state.global_step}")
 

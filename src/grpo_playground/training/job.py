@@ -15,7 +15,7 @@ import traceback
 from pathlib import Path
 
 from grpo_playground.config import RunConfig, config_to_dict, save_recipe
-from grpo_playground.run_layout import DOCTOR_FILE, JOB_STAGES, METRICS_FILE, RECIPE_FILE, TRAINED_STAGES
+from grpo_playground.run_layout import DOCTOR_FILE, JOB_STAGES, METRICS_FILE, RECIPE_FILE, SWANLAB_DIR, TRAINED_STAGES
 from grpo_playground.doctor import diagnose_crash
 from grpo_playground.training.run_folder import RunFolder
 # status.json key set while a run waits after a pre-flight ERROR (grpo.on_preflight_error: pause): resuming such
@@ -61,7 +61,7 @@ def run_job(cfg: RunConfig, run_dir: str | Path, stage: str = "all", resume: boo
         _prepare_process(cfg)
         from grpo_playground.training.tracking import Tracker
 
-        tracker = Tracker(cfg.tracking.project, folder.path.name, cfg.tracking.swanlab, folder.path / "swanlog",
+        tracker = Tracker(cfg.tracking.project, folder.path.name, cfg.tracking.swanlab, folder.path / SWANLAB_DIR,
                           config_to_dict(cfg), folder.log)
         try:
             history = folder.read_jsonl(METRICS_FILE) if resume else []

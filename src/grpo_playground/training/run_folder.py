@@ -6,29 +6,17 @@ line (the JSONL files). File names, paths and the status file come from grpo_pla
 
 from __future__ import annotations
 
-import json
-import math
-import os
 import signal
 import sys
 import time
 from pathlib import Path
 
 from grpo_playground import run_layout
+from grpo_playground.contracts.metrics import decode_record, encode_record, jsonable
+from grpo_playground.contracts.process import write_json_atomic
 from grpo_playground.run_layout import STOP_FILE, read_status, write_status
 from grpo_playground.training.multigpu import is_main_process
 from grpo_playground.training.progress import say
-
-
-def _jsonable(value):
-    # NaN/inf are not JSON: the doctor needs to see them, so they travel as strings the readers can parse.
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value
 
 
 class RunFolder:
@@ -71,26 +59,19 @@ class RunFolder:
         if not self.writer:
             return
         with open(self.path / name, "a", encoding="utf-8") as f:
-            f.write(json.dumps(_jsonable(record), ensure_ascii=False) + "\n")
+            f.write(encode_record(record))
 
     def read_jsonl(self, name: str) -> list[dict]:
         path = self.path / name
         if not path.is_file():
             return []
-        rows = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                rows.append(json.loads(line, parse_constant=float))
-            except ValueError:
-                continue  # a line cut by a kill: skip it, keep the rest
-        return [{k: _float_text(v) for k, v in r.items()} for r in rows if isinstance(r, dict)]
+        rows = map(decode_record, path.read_text(encoding="utf-8").splitlines())
+        return [row for row in rows if row is not None]  # None: a line cut by a kill; the rest is kept
 
     def write_json(self, name: str, value: dict) -> None:
         if not self.writer:
             return
-        tmp = self.path / f".{name}.tmp"
-        tmp.write_text(json.dumps(_jsonable(value), indent=1, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, self.path / name)
+        write_json_atomic(self.path / name, jsonable(value))
 
     # --- stop ------------------------------------------------------------------------------------
     def watch_sigterm(self) -> None:
@@ -103,9 +84,3 @@ class RunFolder:
 
     def stop_requested(self) -> bool:
         return self._sigterm or (self.path / STOP_FILE).exists()
-
-
-def _float_text(value):
-    if value in ("nan", "inf", "-inf"):
-        return float(value)
-    return value

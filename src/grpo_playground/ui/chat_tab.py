@@ -6,16 +6,23 @@ content is extracted and, given the gold answer, scored with the chosen reward f
 (its LoRA folder or a GGUF of its export) is prompted, shown and scored with the run's own tags and reward weights
 (grpo_playground.run_layout.run_settings), as eval does; anything else with the defaults.
 API: `chat` (streaming), e.g. gradio_client `Client(url).submit(question, gold, model_1, ..., api_name="/chat")`.
+
+With an owner token set (a public Space), a visitor's question goes only to servers already running and to the
+owner's default checkpoint (env GRPO_PLAYGROUND_CHAT_DEFAULT: a checkpoint's key, label or model path): starting,
+restarting, evicting a server or hot-loading an adapter (each a model load, maybe a download with the owner's
+HF_TOKEN) needs the owner token. While a server starts, its pane says what it is doing and for how long.
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
 
 import gradio as gr
 
+from grpo_playground.gpu_share import GpuBusy
 from grpo_playground.jobs.control import check_owner, owner_token_required
 from grpo_playground.rewards import DEFAULT_WEIGHTS, REWARDS, RewardInputError, score_group
 from grpo_playground.rewards.group import explain_extraction
@@ -26,6 +33,7 @@ from grpo_playground.serving import (
     VLLM,
     BackendUnavailable,
     ChatError,
+    NeedsOwner,
     ServerFailed,
     discover_targets,
     llamacpp_unavailable_reason,
@@ -42,6 +50,9 @@ MAX_HISTORY_MESSAGES = 20  # per checkpoint: older turns are dropped so a long c
 MAX_TOKENS_LIMIT = 8192
 UPDATE_EVERY_S = 0.1  # stream to the browser in small batches, not one event per token
 MAX_REPLY_S = 600  # a reply stops streaming after this long, however many tokens were asked for
+PROGRESS_EVERY_S = 1.0  # how often a pane waiting for its server to start redraws its elapsed time
+STARTING_MARK = "⏳"  # opens a pane's text while its server starts (replaced by the reply)
+CHAT_DEFAULT_ENV = "GRPO_PLAYGROUND_CHAT_DEFAULT"  # the checkpoint a visitor may start (owner's choice)
 NONE_CHOICE = ("(none)", "")
 DEFAULT_SYSTEM = system_prompt(DEFAULT_TAGS)  # the box's text: a checkpoint of a run gets its run's prompt instead
 
@@ -63,6 +74,12 @@ def runnable_targets() -> list:
 
 def target_choices() -> list[tuple[str, str]]:
     return [NONE_CHOICE] + [(t.label, t.key) for t in runnable_targets()]
+
+
+def api_targets() -> list[dict]:
+    """The checkpoints this machine can chat with, as the pickers list them (API /chat_targets)."""
+    return [{"key": t.key, "label": t.label, "backend": t.backend, "model": t.model, "lora": t.lora}
+            for t in runnable_targets()]
 
 
 def checkpoint_settings(target) -> tuple[Tags, dict[str, float]]:
@@ -148,15 +165,32 @@ def backends_status() -> str:
             line += f" ({hidden[backend]} checkpoint(s) it would serve are not listed)"
         lines.append(line)
     for server in POOL.describe():
-        lines.append(f"- running: {server['backend']} `{server['model']}` on port {server['port']}: {server['state']}")
+        doing = server["progress"] or (f"ready (started in {server['startup_s']:.0f} s)" if server["startup_s"] is not None
+                                       and server["state"] == "running" and server["phase"] == "ready" else server["state"])
+        lines.append(f"- running: {server['backend']} `{server['model']}` on port {server['port']}: {doing}")
     return "\n".join(lines)
 
 
-def _stream_slot(slot: int, target, messages: list[dict], settings: dict, out: queue.Queue) -> None:
+def owner_default(targets: dict) -> str | None:
+    """The key of the checkpoint the owner lets visitors start (CHAT_DEFAULT_ENV), if it is listed."""
+    wanted = os.environ.get(CHAT_DEFAULT_ENV, "").strip()
+    return next((k for k, t in targets.items() if wanted and wanted in (k, t.label, t.model)), None)
+
+
+def is_owner(token: str | None) -> bool:
+    try:
+        check_owner(token, "loading a model")
+    except PermissionError:
+        return False
+    return True
+
+
+def _stream_slot(slot: int, target, messages: list[dict], settings: dict, out: queue.Queue, may_start: bool,
+                 may_evict: bool) -> None:
     """Worker thread: start/reuse the server, stream the reply into `out` as (slot, kind, text)."""
     server = None
     try:
-        server, model_name, crash = POOL.server_for(target)
+        server, model_name, crash = POOL.server_for(target, may_start=may_start, may_evict=may_evict)
         if crash:
             out.put((slot, "note", f"The {target.backend} server had crashed and was restarted.\n{crash}"))
         deadline = time.monotonic() + MAX_REPLY_S
@@ -165,7 +199,7 @@ def _stream_slot(slot: int, target, messages: list[dict], settings: dict, out: q
             if time.monotonic() > deadline:
                 out.put((slot, "note", f"stopped after {MAX_REPLY_S} s"))
                 break
-    except (BackendUnavailable, ServerFailed, FileNotFoundError, ValueError) as error:
+    except (BackendUnavailable, ServerFailed, NeedsOwner, GpuBusy, FileNotFoundError, ValueError) as error:
         out.put((slot, "error", str(error)))
     except ChatError as error:
         crashed = server is not None and server.state().startswith("crashed")
@@ -176,14 +210,16 @@ def _stream_slot(slot: int, target, messages: list[dict], settings: dict, out: q
 
 
 def chat(message: str, gold: str, model_1: str, model_2: str, model_3: str, temperature: float, top_p: float,
-         max_tokens: float, system: str, rewards: list[str], state: dict | None):
-    """Send one question to every chosen checkpoint; yields (chatbot 1..3, scores, notes, state) as replies stream."""
+         max_tokens: float, system: str, rewards: list[str], token: str = "", state: dict | None = None):
+    """Send one question to every chosen checkpoint; yields (chatbot 1..3, scores, notes, state) as replies stream.
+    `token`: the owner token, which lets this request start servers (visitors: see the module's docstring)."""
     keys = [model_1, model_2, model_3]
     check_request(message, gold, keys, system, max_tokens)
     known = {t.key: t for t in discover_targets()}
     unknown = [k for k in keys if k and k not in known]
     if unknown:
         raise gr.Error(f"Unknown checkpoint {unknown[0]!r}: press 'Refresh list' and pick one from the list.")
+    owner, default = is_owner(token), owner_default(known)
     state = state or new_state()
     trained = [checkpoint_settings(known[k]) if k else (DEFAULT_TAGS, dict(DEFAULT_WEIGHTS)) for k in keys]
     settings = {"temperature": float(temperature), "top_p": float(top_p), "max_tokens": int(max_tokens)}
@@ -204,30 +240,40 @@ def chat(message: str, gold: str, model_1: str, model_2: str, model_3: str, temp
         tags = trained[slot][0]
         prompt = system_prompt(tags) if not system or system == DEFAULT_SYSTEM else system
         request = [{"role": "system", "content": prompt}] + history
-        threading.Thread(target=_stream_slot, args=(slot, known[key], request, settings, out), daemon=True).start()
+        threading.Thread(target=_stream_slot, args=(slot, known[key], request, settings, out, owner or key == default,
+                                                    owner), daemon=True).start()
         running += 1
+    waiting: list[str | None] = [None] * SLOTS  # a pane's server start, while it has no text yet
 
     def view():
         for slot, reply in enumerate(replies):
             if reply is not None:
-                state["display"][slot][-1]["content"] = for_display(reply, trained[slot][0])
+                content = for_display(reply, trained[slot][0])
+                state["display"][slot][-1]["content"] = content or (waiting[slot] or "")
         labels = [known[k].label if k else "" for k in keys]
         return (*[list(d) for d in state["display"]], score_table(labels, finished, gold, rewards, trained),
                 "\n\n".join(notes), state)
 
     yield view()
-    last = time.monotonic()
+    last = shown = time.monotonic()
     while running:
         try:
             slot, kind, text = out.get(timeout=UPDATE_EVERY_S)
         except queue.Empty:
+            if time.monotonic() - shown >= PROGRESS_EVERY_S:
+                shown = time.monotonic()
+                for slot, key in enumerate(keys):
+                    progress = POOL.progress(known[key]) if key and not replies[slot] else None
+                    waiting[slot] = f"{STARTING_MARK} {known[key].backend} server {progress}" if progress else None
+                yield view()
             continue
         if kind == "text":
             replies[slot] += text
         elif kind == "done":
             running -= 1
-            finished[slot] = replies[slot]
+            finished[slot], waiting[slot] = replies[slot], None
         else:
+            waiting[slot] = None
             notes.append(f"**{known[keys[slot]].label}**: {text}")
             if kind == "error" and not replies[slot]:
                 replies[slot] = f"[no reply: {text.splitlines()[0]}]"
@@ -288,12 +334,17 @@ def create_chat_tab() -> dict:
                             info="Left as it is, a run's checkpoint gets its own run's prompt (with its tags).")
         rewards = gr.CheckboxGroup(list(REWARDS), value=list(DEFAULT_WEIGHTS), label="Rewards used for scoring")
     status = gr.Markdown(backends_status(), elem_id="chat-backends")
-    owner_token = gr.Textbox(label="Owner token (to restart the servers)", type="password", max_length=256,
-                             visible=owner_token_required())
+    if owner_token_required():
+        gr.Markdown("Visitors chat with the model servers already running (listed above) and the owner's default "
+                    "checkpoint; starting, switching or restarting a model server needs the owner token.",
+                    elem_id="chat-visitors")
+    owner_token = gr.Textbox("", label="Owner token (to start, switch or restart model servers)", type="password",
+                             max_length=256, visible=owner_token_required(), elem_id="chat-owner-token")
     state = gr.State(None)
 
-    inputs = [question, gold, *pickers, temperature, top_p, max_tokens, system, rewards, state]
+    inputs = [question, gold, *pickers, temperature, top_p, max_tokens, system, rewards, owner_token, state]
     outputs = [*chatbots, scores, notes, state]
+    gr.api(api_targets, api_name="chat_targets")
     send.click(chat, inputs, outputs, api_name="chat", concurrency_limit=SLOTS, concurrency_id="chat")
     question.submit(chat, inputs, outputs, api_name=False, concurrency_id="chat")
     clear.click(lambda: ([], [], [], "", "", None), None, outputs, api_name=False)

@@ -7,7 +7,10 @@ reads its state and log back from disk every few seconds, and the table, chart a
 at a time per app (it takes the CPU/GPU); starting and stopping need the owner token when
 GRPO_PLAYGROUND_OWNER_TOKEN is set.
 
-API (gradio_client): /eval_results -> saved results (summary JSON, newest first).
+API (gradio_client): /eval_checkpoints -> [(label, value)] the checkpoints it can evaluate; /eval_start
+(checkpoint values, data, n, batch size, max new tokens, backend, token) starts the job; /eval_status -> its state
+(each checkpoint done, running, pending or failed) without the log; /eval_results -> saved results (summary JSON,
+newest first).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from grpo_playground.data.spec import parse_spec
 from grpo_playground.eval import results as store
 from grpo_playground.jobs import check_owner, owner_token_required
 from grpo_playground.jobs.evals import eval_job_state, start_eval_job, stop_eval_job
+from grpo_playground.serving.backends import vllm_unavailable_reason
 from grpo_playground.ui import eval_chart
 
 MAX_N = 2000
@@ -95,10 +99,17 @@ def _data_or_none(data: str | None) -> str | None:
         return None
 
 
-def run_evals(checkpoints, data, n, batch_size, max_new_tokens, token):
+def backend_choices() -> list[str]:
+    """The generation backends this machine can run for adapters: vLLM (base + LoRA in one engine) on a GPU."""
+    return ["transformers"] + (["vllm"] if vllm_unavailable_reason() is None else [])
+
+
+def run_evals(checkpoints, data, n, batch_size, max_new_tokens, token, backend="transformers"):
     """Start the evaluation job (returns at once; the timer shows its progress)."""
     try:
         check_owner(token)
+        if backend not in backend_choices():
+            raise ValueError(f"backend {backend!r} cannot run here: use one of {', '.join(backend_choices())}")
         if not checkpoints:
             raise ValueError("pick at least one checkpoint")
         if len(checkpoints) > MAX_CHECKPOINTS:
@@ -108,7 +119,7 @@ def run_evals(checkpoints, data, n, batch_size, max_new_tokens, token):
         n, batch_size, max_new_tokens = int(n), int(batch_size), int(max_new_tokens)
         if not 1 <= n <= MAX_N:
             raise ValueError(f"n={n}: evaluate between 1 and {MAX_N} examples here (the CLI takes more)")
-        return job_status(start_eval_job(models, data, n, batch_size, max_new_tokens))
+        return job_status(start_eval_job(models, data, n, batch_size, max_new_tokens, backend))
     except (ValueError, PermissionError, FileNotFoundError, RuntimeError) as error:
         raise gr.Error(str(error), print_exception=False) from None
 
@@ -119,6 +130,18 @@ def stop_eval(token: str | None = None) -> str:
     except PermissionError as error:
         raise gr.Error(str(error), print_exception=False) from None
     return stop_eval_job()
+
+
+def api_start(checkpoints: list[str], data: str = "generator:test", n: int = 100, batch_size: int = 16,
+              max_new_tokens: int = 256, backend: str = "transformers", token: str = "") -> dict:
+    """Start evaluating checkpoint values (from /eval_checkpoints); the job's state, without the log."""
+    run_evals(checkpoints, data, n, batch_size, max_new_tokens, token, backend)
+    return api_status()
+
+
+def api_status() -> dict:
+    """The latest evaluation job: state (none, running, finished, stopped) and each checkpoint's state."""
+    return {k: v for k, v in eval_job_state().items() if k != "log"}
 
 
 def saved_results() -> list[dict]:
@@ -145,6 +168,8 @@ def create_eval_panel() -> dict:
         n = gr.Slider(1, MAX_N, value=100, step=1, label="Examples (n)")
         batch_size = gr.Slider(1, 128, value=16, step=1, label="Batch size")
         max_new_tokens = gr.Slider(16, 2048, value=256, step=16, label="Max new tokens")
+        backend = gr.Radio(backend_choices(), value="transformers", label="Backend",
+                           info="vLLM (GPU only) generates far faster but first starts its engine (about a minute)")
     token = gr.Textbox(label="Owner token", type="password", visible=owner_token_required())
     with gr.Row():
         run = gr.Button("Evaluate", variant="primary", elem_id="eval-run")
@@ -158,6 +183,9 @@ def create_eval_panel() -> dict:
     shown = gr.State(None)
     timer = gr.Timer(POLL_S)
 
+    gr.api(store.list_checkpoints, api_name="eval_checkpoints")
+    gr.api(api_start, api_name="eval_start")
+    gr.api(api_status, api_name="eval_status")
     gr.api(saved_results, api_name="eval_results")
     ui = dict(api_visibility="private")
     views = [status, log, table, chart, verdict, checkpoints, shown]
@@ -165,9 +193,9 @@ def create_eval_panel() -> dict:
     gr.on(None, refresh, [data, gr.State(None)], views, **ui)
     gr.on([timer.tick, data.submit], refresh, [data, shown], views, show_progress="hidden", **ui)
     refresh_btn.click(refresh, [data, gr.State(None)], views, **ui)
-    run.click(run_evals, [checkpoints, data, n, batch_size, max_new_tokens, token], status,
+    run.click(run_evals, [checkpoints, data, n, batch_size, max_new_tokens, token, backend], status,
               concurrency_limit=1, concurrency_id="eval", **ui)
     stop.click(stop_eval, token, status, **ui)
     return {"checkpoints": checkpoints, "data": data, "n": n, "batch_size": batch_size,
-            "max_new_tokens": max_new_tokens, "token": token, "run": run, "stop": stop, "status": status,
-            "log": log, "table": table, "chart": chart, "verdict": verdict}
+            "max_new_tokens": max_new_tokens, "backend": backend, "token": token, "run": run, "stop": stop,
+            "status": status, "log": log, "table": table, "chart": chart, "verdict": verdict}

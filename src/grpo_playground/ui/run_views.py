@@ -5,13 +5,25 @@ so they are tested without a browser.
 
 from __future__ import annotations
 
-import re
 from html import escape
 from pathlib import Path
 from typing import NamedTuple
 
 import pandas as pd
 
+from grpo_playground.contracts.metrics import (
+    CLIPPED_RATIO,
+    COMPLETION_MAX_LENGTH,
+    COMPLETION_MEAN_LENGTH,
+    FRAC_REWARD_ZERO_STD,
+    KL,
+    LEARNING_RATE,
+    LOSS,
+    PER_REWARD_MEAN_RE,
+    REWARD,
+    REWARD_STD,
+    TRAIN_RUNTIME,
+)
 from grpo_playground.jobs import RunInfo
 from grpo_playground.run_layout import RECIPE_FILE, TRAINED_STAGES
 from grpo_playground.step_timing import PHASES, clock, phase_key
@@ -26,31 +38,30 @@ class Chart(NamedTuple):
     kind: str = "line"  # line | stacked_bar (parts that add up to a whole)
 
 
-# TRL's log keys, verbatim.
+# TRL's log keys (contracts.metrics).
 CHARTS = [
-    Chart("Reward (mean) and reward std", [("reward", "reward"), ("reward std", "reward_std")], "grpo"),
+    Chart("Reward (mean) and reward std", [("reward", REWARD), ("reward std", REWARD_STD)], "grpo"),
     Chart("Each reward function's mean", "rewards/*/mean", "grpo"),
-    Chart("KL to the reference (beta > 0)", [("kl", "kl")], "grpo"),
-    Chart("Completion length (tokens)", [("mean", "completions/mean_length"), ("max", "completions/max_length")],
+    Chart("KL to the reference (beta > 0)", [("kl", KL)], "grpo"),
+    Chart("Completion length (tokens)", [("mean", COMPLETION_MEAN_LENGTH), ("max", COMPLETION_MAX_LENGTH)],
           "grpo"),
     Chart("Truncated and zero-variance fractions",
-          [("truncated (clipped_ratio)", "completions/clipped_ratio"),
-           ("zero-std groups (frac_reward_zero_std)", "frac_reward_zero_std")], "grpo"),
+          [("truncated (clipped_ratio)", CLIPPED_RATIO),
+           ("zero-std groups (frac_reward_zero_std)", FRAC_REWARD_ZERO_STD)], "grpo"),
     # one stage at a time (the shown one): GRPO's 12 steps on SFT's 0-240 axis were a squashed blob at the left
-    Chart("Loss", [("loss", "loss")], CURRENT_STAGE),
-    Chart("Learning rate", [("learning rate", "learning_rate")], CURRENT_STAGE),
+    Chart("Loss", [("loss", LOSS)], CURRENT_STAGE),
+    Chart("Learning rate", [("learning rate", LEARNING_RATE)], CURRENT_STAGE),
     # the phases add up to the whole step (`other` is the rest), so each bar is the step's wall time
     Chart("Where the step time went (s)", [(p.replace("_", " "), phase_key(p)) for p in PHASES], CURRENT_STAGE,
           "stacked_bar"),
 ]
-PER_REWARD_RE = re.compile(r"^rewards/(.+)/mean$")
 FRAME_COLUMNS = ["step", "value", "series"]
 SAMPLE_TEXT_CHARS = 2000  # per completion in the table; the sandbox gets the full text
 
 
 def _logged_rows(metrics: list[dict], stage: str | None) -> list[dict]:
     # the Trainer's end-of-training summary row (train_runtime, ...) is not a logging step
-    return [m for m in metrics if "train_runtime" not in m and (stage is None or m.get("stage") == stage)]
+    return [m for m in metrics if TRAIN_RUNTIME not in m and (stage is None or m.get("stage") == stage)]
 
 
 def _number(value) -> float | None:
@@ -63,7 +74,7 @@ def chart_frame(metrics: list[dict], series, stage: str | None) -> pd.DataFrame:
     for m in _logged_rows(metrics, stage):
         pairs = series
         if isinstance(series, str):  # the per-reward pattern: whatever reward functions the run logged
-            pairs = [(PER_REWARD_RE.match(k).group(1), k) for k in m if PER_REWARD_RE.match(k)]
+            pairs = [(PER_REWARD_MEAN_RE.match(k).group(1), k) for k in m if PER_REWARD_MEAN_RE.match(k)]
         for label, key in pairs:
             value = _number(m.get(key))
             if value is not None and _number(m.get("step")) is not None:

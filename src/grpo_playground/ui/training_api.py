@@ -1,7 +1,8 @@
 """The Training tab's API: the same operations its buttons use, for gradio_client and scripts.
 
 api_name: /start (recipe YAML, stage, token), /stop and /resume (run id, token), /export (run id, GGUF types,
-token, stage), /status (run id), /runs. Starting, stopping, resuming and exporting need the owner token when
+token, stage), /status (run id), /runs, /metrics (run id: every metrics row, what the charts draw) and /samples (run id:
+the latest sample group, what the samples table shows). Starting, stopping, resuming and exporting need the owner token when
 GRPO_PLAYGROUND_OWNER_TOKEN is set; watching does not.
 """
 
@@ -82,6 +83,22 @@ def api_status(run_id: str) -> dict:
     return run_summary(run_id)
 
 
+@_api
+def api_metrics(run_id: str) -> list[dict]:
+    """Every metrics row of a run (SFT and GRPO steps, with each reward's mean, KL, lengths, timings)."""
+    feed = jobs.RunFeed(jobs.load_run(jobs.run_path(run_id)).path)
+    feed.poll()
+    return feed.metrics
+
+
+@_api
+def api_samples(run_id: str) -> dict:
+    """The latest GRPO sample group of a run (prompt, completions, each reward's scores, advantages); {} before any."""
+    feed = jobs.RunFeed(jobs.load_run(jobs.run_path(run_id)).path)
+    feed.poll()
+    return feed.samples[-1] if feed.samples else {}
+
+
 def api_runs() -> list[dict]:
     return [{"run_id": i.run_id, "state": i.state, "stage": i.status.get("stage"), "step": i.status.get("step")}
             for i in jobs.list_runs()]
@@ -89,4 +106,4 @@ def api_runs() -> list[dict]:
 
 # (function, api_name): registered by the Training tab before its own listeners, so these keep the plain names
 ENDPOINTS = ((api_start, "start"), (api_stop, "stop"), (api_resume, "resume"), (api_status, "status"),
-             (api_runs, "runs"), (api_export, "export"))
+             (api_runs, "runs"), (api_export, "export"), (api_metrics, "metrics"), (api_samples, "samples"))

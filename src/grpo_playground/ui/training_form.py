@@ -7,7 +7,6 @@ the same recipe, with the form's edits as `--set` arguments.
 from __future__ import annotations
 
 import re
-import shlex
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import gradio as gr
 
 from grpo_playground import jobs
+from grpo_playground.cli.args import TrainArgs
 from grpo_playground.config import ConfigError, RunConfig, config_from_dict, config_to_dict, dump_recipe, load_recipe
 from grpo_playground.jobs.control import ROOT
 from grpo_playground.ui.config_form import FormField, build_form, config_from_values, form_problems, values_from_config
@@ -49,8 +49,7 @@ def problems_markdown(problems: list[str]) -> str:
 
 
 def cli_for_recipe(recipe_file: str, stage: str, overrides: list[str] = ()) -> str:
-    return f"OMP_NUM_THREADS=1 python -m pipelines.train --config {recipe_file}" + (
-        f" --stage {stage}" if stage != "all" else "") + "".join(f" --set {shlex.quote(o)}" for o in overrides)
+    return TrainArgs(Path(recipe_file), stage=stage, overrides=tuple(overrides)).shell("OMP_NUM_THREADS=1")
 
 
 def _flat(data: dict, prefix: str = "") -> dict:

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 import gradio as gr
 
 from grpo_playground import jobs
+from grpo_playground.contracts.metrics import HEADLINE_KEYS, GRAD_NORM
 from grpo_playground.ui import run_views
 from grpo_playground.ui.training_charts import chart_update
 
 COMPARE_CHART = run_views.Chart("Two runs, one metric", [], None)
-COMPARE_KEYS = ["reward", "reward_std", "loss", "kl", "completions/mean_length", "completions/clipped_ratio",
-                "frac_reward_zero_std", "learning_rate"]
+COMPARE_KEYS = [k for k in HEADLINE_KEYS if k != GRAD_NORM]
 
 
 @dataclass

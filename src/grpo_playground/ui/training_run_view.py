@@ -13,7 +13,7 @@ from pathlib import Path
 import gradio as gr
 
 from grpo_playground import jobs
-from grpo_playground.export import GGUF_TYPES  # torch-free: the export itself runs as a child process
+from grpo_playground.contracts.layout import GGUF_TYPES
 from grpo_playground.jobs.comparisons import comparison_state, running_comparison
 from grpo_playground.jobs.exports import export_state
 from grpo_playground.eval import results as eval_results

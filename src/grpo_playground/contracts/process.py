@@ -1,0 +1,87 @@
+"""What the app needs to know of a process it started and to end it: start ticks, liveness, process-group kills,
+the tail of its log, and JSON files written so that a reader never sees half of one. Linux /proc, stdlib only."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+
+def process_start_ticks(pid) -> int | None:
+    """Start time of a live, non-zombie process (clock ticks since boot), None when it is gone.
+    Stored next to a pid so that a recycled pid is not mistaken for our job."""
+    try:
+        stat = Path(f"/proc/{int(pid)}/stat").read_text()
+    except (OSError, ValueError, TypeError):
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()  # the command name may hold spaces and parentheses
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def is_alive(pid, start_ticks: int | None = None) -> bool:
+    ticks = process_start_ticks(pid) if pid else None
+    return ticks is not None and (start_ticks is None or ticks == start_ticks)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) pids whose process group is `pgid`."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members
+
+
+def kill_group(pgid: int, spare: int | None = None) -> None:
+    """SIGKILL every live process of group `pgid` but `spare`; one that ended meanwhile is skipped."""
+    for pid in group_members(pgid):
+        if pid != spare:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def log_tail(path: str | Path, max_bytes: int = 12_000, lines: int | None = None) -> str:
+    """The end of a log file: its last `max_bytes` from a line boundary (the whole file when shorter), then only
+    its last `lines` lines when given; "" when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            end = f.seek(0, os.SEEK_END)
+            f.seek(max(0, end - max_bytes))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    if end > max_bytes:
+        text = text[text.find("\n") + 1 :]
+    return text if lines is None else "\n".join(text.splitlines()[-lines:])
+
+
+def read_json(path: str | Path) -> dict:
+    """A JSON object from a file; {} when missing or caught half-written (writers replace files atomically,
+    but a foreign writer might not)."""
+    try:
+        value = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def write_json_atomic(path: str | Path, value: dict, indent: int | None = 1) -> None:
+    """Write `value` as JSON to a temporary file beside `path`, then rename it over `path`: a reader sees the
+    old file or the new one, never half of one."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(value, indent=indent, ensure_ascii=False), encoding="utf-8")
+    os.replace(tmp, path)

@@ -1,0 +1,70 @@
+"""Each CLI's arguments are defined once (grpo_playground.cli.args): the parser, the child's argv and the UI's
+"Equivalent CLI" all come from one dataclass, so a builder and its parser cannot disagree.
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/test_cli_args.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpo_playground.child_process import python_child_env
+from grpo_playground.cli.args import CLIS, CompareArgs, EvalArgs, ExportArgs, TrainArgs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Values unlike every default (each field set), and the defaults with only what is required.
+EVERY_FIELD_SET = [
+    TrainArgs(Path("r.yaml"), run_dir=Path("runs/x y"), stage="grpo", resume=True, runs_dir=Path("/tmp/runs"),
+              overrides=("grpo.max_steps=3", "rewards.weights={a: 1}")),
+    EvalArgs(("runs/x/grpo", "tiny"), data="gsm8k:t.jsonl", n=7, batch_size=2, max_new_tokens=9, prefill=False,
+             enable_thinking=True, seed=3, backend="vllm", device="cpu", out=(Path("a.json"), Path("b.json"))),
+    ExportArgs(run="runs/x", stage="sft", gguf=("f16", "q8_0"), lora_gguf=True, out="o", push_to_hub="me/r",
+               no_verify=True, verify_tokens=5),
+    CompareArgs(recipe=Path("r.yaml"), worked="openmath:w.parquet", answers="dapo:a.parquet", eval_data="gsm8k:e",
+                eval_seed=1, n_worked=2, n_answers=3, n_eval=4, minutes=0.25, round_steps=5, format_target=0.5,
+                max_rounds=6, preflight_prompts=7, eval_backend="vllm", control_lr=1e-5, only_sft_w=True,
+                work=Path("w"), out=Path("o"), overrides=("grpo.beta=0.1",)),
+]
+REQUIRED_ONLY = [TrainArgs(Path("r.yaml")), EvalArgs(("tiny",)), ExportArgs(model="tiny"), CompareArgs()]
+
+
+@pytest.mark.parametrize("args", EVERY_FIELD_SET + REQUIRED_ONLY, ids=lambda a: f"{type(a).__name__}")
+def test_to_argv_parses_back_to_the_same_values(args):
+    assert type(args).parse_args(args.to_argv()) == args
+    assert type(args).parse_args(shlex.split(args.shell())[3:]) == args  # the UI's line, after `python -m MODULE`
+
+
+def test_every_cli_is_round_tripped_with_every_field_set():
+    assert {type(a) for a in EVERY_FIELD_SET} == set(CLIS)
+    for args in EVERY_FIELD_SET:
+        unset = [f.name for f in dataclasses.fields(args)  # of a group of exclusive flags, one is set
+                 if getattr(args, f.name) == f.default and not f.metadata["group"]]
+        assert not unset, f"{type(args).__name__} leaves {unset} at their defaults: set them here too"
+
+
+def test_every_field_has_help():
+    missing = [f"{cli.__name__}.{f.name}" for cli in CLIS for f in dataclasses.fields(cli) if not f.metadata["help"]]
+    assert not missing
+
+
+def test_bad_arguments_are_refused_with_the_flag_named(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        TrainArgs.parse_args(["--config", "r.yaml", "--stage", "rl"])
+    assert exit_.value.code == 2 and "--stage: invalid choice: 'rl'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        ExportArgs.parse_args(["--run", "r", "--model", "tiny"])  # exactly one source
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_the_cli_parses_with_the_dataclass():
+    # the module's own --help lists the dataclass's help text: the CLI and the builders share one definition
+    out = subprocess.run([sys.executable, "-m", TrainArgs.MODULE, "--help"], cwd=ROOT, env=python_child_env(),
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    assert "continue from the run folder's last checkpoint" in out and "SECTION.KEY=VALUE" in out

@@ -1,0 +1,51 @@
+"""The Space end to end on CPU (benchmarks/space_e2e.py): the app started by scripts/start.sh on a data root with an
+owner token, driven through its own API as the browser drives it: the `quick` recipe from /start to finished with a
+stop and a resume, its charts' rows and sample group, a GGUF export, a llama.cpp chat with the exported GRPO model
+(again after an app restart), an evaluation of base, SFT and GRPO, and a short GRPO-vs-more-SFT comparison.
+The same script runs on the GPU machine with --gpu (results/gpu/space_e2e.json)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpo_playground.child_process import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def test_the_space_end_to_end_through_its_api(tmp_path):
+    out = tmp_path / "space_e2e.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("GRPO_PLAYGROUND_RUNS_DIR", None)  # the data root decides, as on a Space
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.space_e2e", "--out", str(out), "--data-root", str(tmp_path / "data"),
+         "--port", str(free_port()), "--eval-n", "8", "--compare-minutes", "0.1", "--timeout", "900"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    result = json.loads(out.read_text())
+    steps = {s["step"]: s for s in result["steps"]}
+    failed = {name: s["detail"] for name, s in steps.items() if s["outcome"] != "ok"}
+    assert not failed and done.returncode == 0, f"{failed}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert (tmp_path / "data" / "runs").is_dir()  # start.sh put the runs on the data root
+
+    follow = steps["follow_to_grpo"]["detail"]
+    assert follow["series"] == {k: True for k in follow["series"]}, "a chart series had no data during GRPO"
+    assert len(follow["per_reward_means"]) == 3
+    assert steps["samples"]["detail"]["completions"], "no sample group while GRPO ran"
+    stopped = steps["stop_resume"]["detail"]
+    finished = steps["train_finish"]["detail"]
+    assert stopped["stage"] == "grpo" and stopped["stopped_at_step"] < finished["grpo_steps"] == 12
+    assert any(name.endswith(".q8_0.gguf") for name in steps["export"]["detail"]["files"])
+    for chat in ("chat", "chat_again", "chat_after_restart"):
+        assert steps[chat]["detail"]["replies"][0].strip(), f"{chat}: empty reply"
+    assert steps["app_restart"]["detail"]["was_running"]
+    evaluated = steps["eval_transformers"]["detail"]["checkpoints"]
+    assert len(evaluated) == 3 and all(row["n"] == 8 for row in evaluated.values())
+    assert steps["compare"]["detail"]["state"] == "finished"
+    assert (out.with_suffix("") / "app-1.log").is_file() and (out.with_suffix("") / "app-2.log").is_file()
