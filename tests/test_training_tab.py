@@ -424,3 +424,14 @@ def test_grpo_run_shows_samples_and_the_doctor(client):
     # names the flat reward / zero-variance collapse within the first logged steps
     assert preflight["level"] == "error"
     assert "<b>flat_reward</b>" in findings or "<b>zero_std</b>" in findings
+
+
+def test_progress_of_a_finished_all_stages_run_and_of_the_hand_over():
+    metrics = [{"stage": "sft", "step": s, "max_steps": 240, "time": float(s)} for s in (10, 240)]
+    metrics += [{"stage": "grpo", "step": s, "max_steps": 12, "time": 300.0 + s} for s in (1, 12)]
+    done = run_views.progress({"state": "finished", "stage": "all", "step": 12, "max_steps": 12}, metrics)
+    assert (done["stage"], done["step"], done["max_steps"], done["fraction"]) == ("grpo", 12, 12, 1.0)
+    # the job has just begun GRPO: status.json still holds SFT's max_steps and its ETA of 0
+    handover = run_views.progress({"state": "running", "stage": "grpo", "step": 0, "max_steps": 240, "eta_s": 0},
+                                  metrics[:2])
+    assert handover["starting"] and handover["max_steps"] is None and handover["eta_s"] is None

@@ -25,7 +25,7 @@ from grpo_playground.contracts.metrics import (
     TRAIN_RUNTIME,
 )
 from grpo_playground.jobs import RunInfo
-from grpo_playground.run_layout import RECIPE_FILE, TRAINED_STAGES
+from grpo_playground.run_layout import ACTIVE_STATES, RECIPE_FILE, TRAINED_STAGES
 from grpo_playground.step_timing import PHASES, clock, phase_key
 
 CURRENT_STAGE = "current"
@@ -117,9 +117,12 @@ def compare_frame(runs: dict[str, list[dict]], key: str, stage: str | None) -> p
 
 def progress(status: dict, metrics: list[dict]) -> dict:
     """Stage, step, fraction done and ETA of the current stage (from the pace of its logged steps)."""
-    stage = status.get("stage") or (metrics[-1].get("stage") if metrics else None)
+    last = metrics[-1].get("stage") if metrics else None
+    stage = status.get("stage") or last
+    if stage not in TRAINED_STAGES and last:  # a finished `--stage all` job: the stage it ended in
+        stage = last
     rows = [m for m in _logged_rows(metrics, stage) if _number(m.get("time")) and _number(m.get("step"))]
-    if not rows and any(m.get("stage") not in (None, stage) for m in metrics):
+    if not rows and status.get("state") in ACTIVE_STATES and any(m.get("stage") not in (None, stage) for m in metrics):
         # the hand-over: status.json still holds the previous stage's max_steps and its ETA of 0
         return {"stage": stage, "step": 0, "max_steps": None, "fraction": None, "eta_s": None, "starting": True}
     step = status.get("step") or (rows[-1]["step"] if rows else 0)

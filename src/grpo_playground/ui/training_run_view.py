@@ -72,10 +72,12 @@ def build_run_view() -> RunViewPart:
     message = gr.Markdown(elem_id="training-run-msg")
     progress = gr.Markdown(elem_id="training-progress")
     with gr.Row(visible=False) as next_steps:  # a finished run: its card and what to do next
-        summary = gr.Markdown(elem_id="training-summary", scale=3)
-        next_export = gr.Button("Export it (GGUF)", variant="primary", size="sm", scale=1, elem_id="training-next-export")
-        next_chat = gr.Button("Chat with it", size="sm", scale=1, elem_id="training-next-chat")
-        next_eval = gr.Button("Evaluate it", size="sm", scale=1, elem_id="training-next-eval")
+        with gr.Column(scale=3):
+            summary = gr.Markdown(elem_id="training-summary")
+        with gr.Column(scale=2, min_width=300), gr.Row():  # small buttons beside the card, not below it
+            next_export = gr.Button("Export it (GGUF)", variant="primary", size="sm", elem_id="training-next-export")
+            next_chat = gr.Button("Chat with it", size="sm", elem_id="training-next-chat")
+            next_eval = gr.Button("Evaluate it", size="sm", elem_id="training-next-eval")
     with gr.Row(equal_height=True):
         queue = gr.Markdown(elem_id="training-queue")
         chart_stage = gr.Radio([("loss, learning rate, step time: the current stage", run_views.CURRENT_STAGE),
