@@ -32,3 +32,18 @@ def test_a_fraction_gold_is_refused_with_the_fix_and_no_placeholder_table(page):
     expect(report).to_contain_text("3/4 -> 0.75")
     expect(page.locator("#sandbox-table")).to_be_hidden()
     assert "1\n2\n3" not in sandbox.inner_text()
+
+
+def test_the_format_tags_editor_sits_beside_the_report_it_changes(page):
+    """The editor sat at the bottom of the left column while its result or error showed at the top right: editing a
+    tag, the report that answers it must be on the same (laptop) screen."""
+    page.set_viewport_size({"width": 1280, "height": 800})
+    sandbox = open_sandbox(page)
+    page.get_by_text("Format tags", exact=True).click()
+    box = sandbox.get_by_role("textbox", name="solution_start")
+    box.fill("")
+    report = page.locator("#sandbox-report")
+    expect(report).to_contain_text("Error")
+    for element in (box, report):
+        element_box = element.bounding_box()
+        assert element_box and 0 <= element_box["y"] < 800, element_box  # both in view, no scrolling

@@ -218,6 +218,11 @@ def create_sandbox_tab() -> SandboxInputs:
     )
     with gr.Row():
         with gr.Column(scale=2):
+            # first in the column: opened, its boxes sit beside the report that shows their effect (or error)
+            with gr.Accordion("Format tags", open=False, elem_id="sandbox-tags"):
+                with gr.Row():
+                    tag_boxes = [gr.Textbox(v, label=k, max_length=64, min_width=140)
+                                 for k, v in DEFAULT_TAGS.to_dict().items()]
             completions = gr.Textbox(join_group(EXAMPLE_GROUP), lines=14, max_lines=30, label="completions",
                                      info="one per block; separate blocks with a line ---", elem_id="sandbox-completions")
             answer = gr.Textbox(EXAMPLE_ANSWER, label="gold answer", max_length=1000, lines=1, max_lines=8,
@@ -235,8 +240,6 @@ def create_sandbox_tab() -> SandboxInputs:
                                  info="group: (r - mean) / (std + 1e-4), TRL's default; none: r - mean (Dr. GRPO)")
             with gr.Accordion("What each reward scores", open=False):
                 gr.Markdown(_registry_table())
-            with gr.Accordion("Format tags", open=False):
-                tag_boxes = [gr.Textbox(v, label=k, max_length=64) for k, v in DEFAULT_TAGS.to_dict().items()]
             with gr.Accordion("Custom reward (Python)", open=False):
                 code = _custom_reward_box()
                 token = gr.Textbox("", label="Owner token (custom code runs for the owner only)", type="password",
