@@ -45,7 +45,7 @@ def _plain(text: str) -> str:
 def problems_markdown(problems: list[str]) -> str:
     """Every problem of the form, one a line, each naming the field and the fix."""
     count = f"{len(problems)} problems" if len(problems) > 1 else "1 problem"
-    return f"⛔ **Fix before starting ({count}):**\n" + "\n".join(f"- {_plain(p)}" for p in problems)
+    return f"⚠ **Fix before starting ({count}):**\n" + "\n".join(f"- {_plain(p)}" for p in problems)
 
 
 def cli_for_recipe(recipe_file: str, stage: str, overrides: list[str] = ()) -> str:
