@@ -44,7 +44,7 @@ fetch pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspe
 
 # the app's own: gradio 6.31.0's requirements minus what the image (KINDS.md) and the vllm bundle already hold
 APP_WHEELS="gradio==6.31.0 gradio_client==2.7.2 brotli==1.2.1 groovy==0.1.2 hf-gradio==0.4.1 orjson==3.13.0 \
-  pydub==0.25.1 python-multipart==0.0.34 safehttpx==0.1.7 semantic-version==2.10.0 tomlkit==0.14.0"
+  pydub==0.25.1 python-multipart==0.0.34 pytz==2026.6 safehttpx==0.1.7 semantic-version==2.10.0 tomlkit==0.14.0"
 mkdir -p "$DL/app"; DL_MAIN=$DL; DL=$DL/app; fetch $APP_WHEELS; DL=$DL_MAIN
 
 rm -rf "$STAGE"; mkdir -p "$STAGE"/{base,smollm2,vllm,app}

@@ -33,6 +33,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from grpo_playground.cli.args import TrainArgs
 from grpo_playground.step_timing import PHASES, STEP_KEY, phase_key
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -284,8 +285,7 @@ def run_one(spec: RunSpec, out: Path, models_dir: Path | None, gpus: str, timeou
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpus, OMP_NUM_THREADS="4", SWANLAB_MODE="disabled",
                UNSLOTH_COMPILE_LOCATION=str(out / f"unsloth_compiled_gpu{gpus.replace(',', '_') or 'cpu'}"),
                NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1", **mode.env)
-    command = [sys.executable, "-m", "pipelines.train", "--config", str(recipe), "--stage", "grpo",
-               "--run-dir", str(run_dir)]
+    command = TrainArgs(recipe, run_dir=run_dir, stage="grpo").command()
     sampler = MemorySampler()
     started = time.time()
     with open(run_dir / "log.txt", "w") as log:

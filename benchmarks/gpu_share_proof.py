@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from grpo_playground.cli.args import TrainArgs
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -46,8 +48,7 @@ def job(work: Path, base: str, name: str, steps: int, share: float | None) -> tu
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     recipe = write_recipe(spec, base, work / f"{name}.yaml")
-    command = [sys.executable, "-m", "pipelines.train", "--config", str(recipe), "--stage", "grpo", "--run-dir",
-               str(run_dir)]
+    command = TrainArgs(recipe, run_dir=run_dir, stage="grpo").command()
     log = open(run_dir / "log.txt", "w")
     proc = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             env=dict(os.environ, SWANLAB_MODE="disabled", OMP_NUM_THREADS="4"), start_new_session=True)

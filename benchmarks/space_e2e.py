@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "Tom has 12 apples and buys 7 more. He gives 5 to a friend. How many apples does he have now?"
 GOLD = "14"
 FINAL_STATES = ("finished", "failed", "stopped", "paused")
+STARTING = " server starting: "  # what a chat pane shows while its model server starts (ui.chat_tab)
 
 
 class StepFailed(Exception):
@@ -174,13 +175,17 @@ def text_of(message: dict | None) -> str:
 def chat_once(client, token: str, keys: list[str], max_tokens: int) -> dict:
     """One question to up to three checkpoints through /chat (streamed); seconds to the first reply text and in all."""
     began = time.monotonic()
-    first = None
+    first, progress = None, []
     job = client.submit(QUESTION, GOLD, *(keys + ["", "", ""])[:3], 0.0, 1.0, max_tokens, "",
                         ["match_format_approximately", "check_answer", "check_numbers"], token, api_name="/chat")
     last = None
     for update in job:
         last = update
-        if first is None and any(pane and text_of(pane[-1]) for pane in update[: len(keys)]):
+        texts = [text_of(pane[-1]) if pane else "" for pane in update[: len(keys)]]
+        starting = [t for t in texts if STARTING in t]  # the pane's "server starting: 42 s (stage)" line
+        if starting and starting[-1] not in progress[-1:]:
+            progress.append(starting[-1][:120])
+        if first is None and any(t and STARTING not in t for t in texts):
             first = time.monotonic() - began
     outputs = job.outputs()
     last = outputs[-1] if outputs else last
@@ -189,7 +194,8 @@ def chat_once(client, token: str, keys: list[str], max_tokens: int) -> dict:
     replies = [text_of(pane[-1]) if pane else "" for pane in last[: len(keys)]]
     if not all(replies) or any(r.startswith("[no reply") for r in replies):
         raise StepFailed(f"a checkpoint did not reply: {replies} notes: {last[4]}")
-    return {"checkpoints": keys, "first_reply_s": round(first or 0.0, 2), "total_s": round(time.monotonic() - began, 2),
+    return {"checkpoints": keys, "send_to_first_token_s": round(first or 0.0, 2),
+            "total_s": round(time.monotonic() - began, 2), "start_progress_shown": progress[:3] + progress[-2:],
             "replies": [r[:400] for r in replies], "scores": str(last[3])[:1500], "notes": str(last[4])[:800]}
 
 
@@ -296,19 +302,20 @@ def _drive(rec: Recorder, app: App, token: str, ctx: dict, args, skip: set[str],
             """One GPU shared: a vLLM chat server asked for while the resumed run trains fits beside it, or is
             refused with a message naming what to stop; the run goes on either way."""
             targets = client.predict(api_name="/chat_targets")
-            base = [t["key"] for t in targets if t["backend"] == "vllm" and not t.get("lora") and "smollm2" in t["label"].lower()]
-            if not base:
-                raise StepFailed(f"no vLLM entry of the base model: {targets}")
+            sft = [t["key"] for t in targets if t["backend"] == "vllm" and t.get("lora") and ctx["run"] in t["lora"]
+                   and t["lora"].endswith("sft")]  # the run's SFT adapter: there while its GRPO trains
+            if not sft:
+                raise StepFailed(f"no vLLM entry of the run's SFT adapter: {targets}")
             before = status()["state"]
             try:
-                reply = chat_once(client, token, base[:1], 128)
+                reply = chat_once(client, token, sft[:1], 128)
             except Exception as error:  # noqa: BLE001 - a refusal is a valid outcome when it says what to stop
                 reply = {"refused": str(error)[:1500]}
                 if "stop" not in reply["refused"].lower():
                     raise
             return {"run_state_when_asked": before, "run_state_after": status()["state"], **reply}
 
-        rec.step("chat_beside_training", "/chat_targets, /chat (vLLM, the base) while the run trains",
+        rec.step("chat_beside_training", "/chat_targets, /chat (vLLM, the run's SFT adapter) while the run trains",
                  chat_beside_training, "stop_resume")
 
     def finish():

@@ -213,13 +213,17 @@ def start_and_chat(pool, target, kind: str, tokenizer, max_tokens: int) -> tuple
     return server, name, entry
 
 
-def keep_logs(starts: list[dict], log_file: Path) -> None:
-    """Each start's whole server log, one after the other, in log_file; the split timings into each entry."""
+def keep_logs(starts: list[dict], servers: list[dict], log_file: Path) -> None:
+    """Each server's whole log, one after the other, in log_file (a start that failed too: its server is still in
+    the pool's list); the split timings into each start's entry."""
+    logs = [(entry["kind"], entry["log"], entry) for entry in starts]
+    logs += [("failed", s["log"], None) for s in servers if s["log"] not in {entry["log"] for entry in starts}]
     with open(log_file, "a", encoding="utf-8") as out:
-        for entry in starts:
-            text = Path(entry["log"]).read_text(errors="replace") if Path(entry["log"]).is_file() else ""
-            entry["log_timings"] = log_timings(text, entry.pop("_ready_at", None))
-            out.write(f"===== {entry['kind']} start ({entry['log']}) =====\n{text}\n")
+        for kind, path, entry in logs:
+            text = Path(path).read_text(errors="replace") if Path(path).is_file() else ""
+            if entry is not None:
+                entry["log_timings"] = log_timings(text, entry.pop("_ready_at", None))
+            out.write(f"===== {kind} start ({path}) =====\n{text}\n")
 
 
 def prove(args, report: dict, log_file: Path, deadline: float) -> None:
@@ -300,7 +304,7 @@ def prove(args, report: dict, log_file: Path, deadline: float) -> None:
     finally:
         report["servers_at_end"] = pool.describe()
         pool.stop_all()
-        keep_logs(starts, log_file)
+        keep_logs(starts, report["servers_at_end"], log_file)
 
 
 def raw_load(pool, target, tagged: Path, tokenizer, max_tokens: int) -> dict:

@@ -68,15 +68,22 @@ def test_vllm_side_by_side_says_why_it_cannot_run_here(client):
     assert "no NVIDIA GPU" in notes
 
 
-def test_bad_requests_are_refused_with_a_reason(client):
+def test_bad_requests_are_refused_with_a_reason(client, app_url):
+    from gradio_client import Client
     from gradio_client.exceptions import AppError
 
     with pytest.raises(AppError, match=f"keep it under {MAX_INPUT_CHARS}"):
         ask(client, "x" * (MAX_INPUT_CHARS + 1))
     with pytest.raises(AppError, match="Unknown checkpoint"):
         ask(client, "hi", model_1="llama.cpp|/etc/passwd|")
-    with pytest.raises(AppError, match="Pick at least one checkpoint"):
-        ask(client, "hi", model_1=None)
+    # nothing to send: one plain line under the panes, no error on each pane (issue 22 item 6)
+    fresh = Client(app_url, verbose=False)  # a session with no conversation yet
+    for question, model in (("", SMOLLM2_KEY), ("   ", SMOLLM2_KEY), ("hi", None)):
+        updates, final = ask(fresh, question, model_1=model)
+        bot_1, bot_2, bot_3, scores, notes = final[:5]
+        assert bot_1 == bot_2 == bot_3 == [] and scores == "" and len(updates) == 1
+        assert notes == ("Pick at least one checkpoint (a GGUF file for llama.cpp, or a LoRA run for vLLM)." if model
+                         is None else "Type a question first, then press Enter or Send.")
 
 
 def test_prefilled_opening_tag_is_restored_for_the_fold():
@@ -89,9 +96,13 @@ def test_score_table_extracts_the_solution_and_uses_the_reward_functions():
     table = score_table(["sft", "base"], [FORMATTED, "the answer is 19"], "19", ["check_answer", "check_numbers"])
     rows = table.splitlines()
     expected = score_group([FORMATTED], "19", {"check_answer": 1.0, "check_numbers": 1.0}, scale="none").completions[0]
-    assert rows[2].startswith("| sft | 19 |") and f"**{expected.total:g}**" in rows[2]
-    assert "| base | (none) |" in rows[3]
+    assert rows[2].startswith("| sft | 19 | ✓ right |") and f"**{expected.total:g}**" in rows[2]
+    assert "| base | (none) | ✗ wrong |" in rows[3]  # the right number, but not in format: wrong, as eval counts it
+    assert rows[0] == "| checkpoint | SOLUTION content | answer | check_answer | check_numbers | total |"
+    # a gold answer written with a thousands comma still matches
+    assert "| ✓ right |" in score_table(["sft"], [FORMATTED.replace("19", "1000")], "1,000", ["check_answer"])
     assert "Give the gold answer" in score_table(["sft"], [FORMATTED], "", ["check_answer"])
+    assert "answer" not in score_table(["sft"], [FORMATTED], "", ["check_answer"]).splitlines()[0]
 
 
 def test_the_working_out_is_folded_and_the_solution_stays_visible():
@@ -125,11 +136,11 @@ def test_two_checkpoints_side_by_side_through_llamacpp(client, tmp_path, monkeyp
 
     monkeypatch.setenv("GRPO_PLAYGROUND_EXPORTS_DIR", str(tmp_path / "exports"))
     export_run(model="tiny", gguf=["q8_0"], verify=False, say=lambda _: None)
-    tiny_key = next(t.key for t in discover_targets() if t.label.endswith("tiny.q8_0.gguf"))
+    tiny_key = next(t.key for t in discover_targets() if t.label == "llama.cpp · tiny · q8_0")
     _, final = ask(client, "Tom has 12 apples and buys 7 more. How many apples?", model_2=tiny_key, max_tokens=24)
     bot_1, bot_2, _, scores, notes = final[:5]
     assert text_of(bot_1[-1]).strip() and text_of(bot_2[-1]).strip() and notes == ""
-    assert "smollm2-135m" in scores and "tiny.q8_0.gguf" in scores
+    assert "smollm2-135m" in scores and "tiny · q8_0" in scores
 
 
 def test_the_pickers_list_only_what_this_machine_can_run():
@@ -177,7 +188,7 @@ def test_a_runs_checkpoint_is_shown_and_scored_with_its_own_tags_and_weights(tmp
     assert fold_tags(ChatTarget(LLAMA_CPP, str(gguf)).key) == [("<think>", "</think>")]  # its bubble folds those
     assert fold_tags(SMOLLM2_KEY) == fold_tags(None) == [("<start_working_out>", "<end_working_out>")]
     # the same reply under the defaults: no SOLUTION match, the no-match score
-    assert "| plain | (none) | -2 | **-2** |" in score_table(["plain"], [reply], "19", ["check_answer"])
+    assert "| plain | (none) | ✗ wrong | -2 | **-2** |" in score_table(["plain"], [reply], "19", ["check_answer"])
     assert checkpoint_settings(ChatTarget(LLAMA_CPP, SMOLLM2_KEY.split("|")[1]))[0].solution_start == "<SOLUTION>"
 
 
@@ -194,7 +205,7 @@ def test_side_by_side_replies_stream_at_the_same_time(tmp_path, monkeypatch):
     exports.mkdir()
     (exports / "twin.gguf").symlink_to(gguf_path(MODELS["smollm2-135m"]))  # a second file: a second server
     monkeypatch.setenv("GRPO_PLAYGROUND_EXPORTS_DIR", str(exports))
-    twin_key = next(t.key for t in discover_targets() if t.label.endswith("twin.gguf"))
+    twin_key = next(t.key for t in discover_targets() if t.label == "llama.cpp · twin")
     in_flight: dict[str, list[float]] = {}  # server url -> [request sent, reply finished]
     real_stream = chat_tab.stream_chat
 
@@ -232,7 +243,7 @@ def test_a_visitor_chats_only_with_running_servers_and_the_owners_default(tmp_pa
         (exports / f"run-grpo.{name}.gguf").symlink_to(gguf_path(MODELS["smollm2-135m"]))
     monkeypatch.setenv("GRPO_PLAYGROUND_EXPORTS_DIR", str(exports))
     monkeypatch.setenv(OWNER_TOKEN_ENV, "owner-secret")
-    keys = [SMOLLM2_KEY] + [t.key for t in discover_targets() if "run-grpo." in t.label]
+    keys = [SMOLLM2_KEY] + [t.key for t in discover_targets() if " · run-grpo · " in t.label]
     assert len(keys) == 4
 
     def ask_as(token, key):
@@ -250,7 +261,7 @@ def test_a_visitor_chats_only_with_running_servers_and_the_owners_default(tmp_pa
             if i % 4 == 0:  # the running server answers visitors
                 assert reply.strip() and not reply.startswith("[no reply") and notes == ""
             else:
-                assert reply.startswith("[no reply: Starting a model server for llama.cpp · ")
+                assert reply.startswith("[no reply: Starting a model server for llama.cpp · run-grpo · ")
                 assert "needs the owner token" in notes and "(llama.cpp · smollm2-135m)" in notes  # names what runs
         # the owner's default: a visitor may start it
         monkeypatch.setenv(chat_tab.CHAT_DEFAULT_ENV, keys[1])
@@ -268,3 +279,24 @@ def test_a_visitor_chats_only_with_running_servers_and_the_owners_default(tmp_pa
         assert len(pool.describe()) == 1
     finally:
         pool.stop_all()
+
+
+def test_the_owners_default_starts_with_the_app_and_a_visitor_is_answered_by_it(monkeypatch):
+    """On a restarted Space the default checkpoint's server starts as the app builds its Chat tab, so the first
+    question finds it up (issue 23 item 2: Send to first token on a restart)."""
+    from grpo_playground.jobs.control import OWNER_TOKEN_ENV
+    from grpo_playground.ui import chat_tab
+
+    monkeypatch.setenv(OWNER_TOKEN_ENV, "owner-secret")
+    POOL.stop_all()
+    assert chat_tab.prestart_default() is None  # no default chosen: nothing starts
+    monkeypatch.setenv(chat_tab.CHAT_DEFAULT_ENV, "llama.cpp · smollm2-135m")  # its label, as the owner sees it
+    try:
+        chat_tab.prestart_default().join(120)
+        (server,) = POOL.describe()
+        assert server["state"] == "running" and server["phase"] == "ready"
+        final = list(chat_tab.chat("Hi", "", SMOLLM2_KEY, "", "", 0.0, 0.95, 2, "Answer briefly.", [], "", None))[-1]
+        assert text_of(final[0][-1]).strip() and final[4] == ""
+        assert [s["pid"] for s in POOL.describe()] == [server["pid"]]  # the visitor used it, started nothing
+    finally:
+        POOL.stop_all()

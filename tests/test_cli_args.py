@@ -68,3 +68,28 @@ def test_the_cli_parses_with_the_dataclass():
     out = subprocess.run([sys.executable, "-m", TrainArgs.MODULE, "--help"], cwd=ROOT, env=python_child_env(),
                          capture_output=True, text=True, timeout=120, check=True).stdout
     assert "continue from the run folder's last checkpoint" in out and "SECTION.KEY=VALUE" in out
+
+
+def test_the_console_script_names_its_commands_and_refuses_an_unknown_one(capsys):
+    from grpo_playground.cli.main import main
+
+    assert main(["--help"]) == 0 and "train" in capsys.readouterr().out
+    assert main(["trian"]) == 2 and "unknown command 'trian': use one of train, eval, export, data" in \
+        capsys.readouterr().err
+
+
+def test_a_shipped_recipe_is_found_by_its_name(tmp_path, monkeypatch):
+    from grpo_playground.contracts.shipped import RECIPES_DIR, recipe_path
+
+    monkeypatch.chdir(tmp_path)  # outside the checkout, as an installed package runs
+    assert recipe_path("quick") == recipe_path("quick.yaml") == RECIPES_DIR / "quick.yaml"
+    (tmp_path / "quick.yaml").write_text("name: mine\n")
+    assert recipe_path("quick.yaml") == Path("quick.yaml")  # a file of that name wins
+    assert recipe_path("no-such") == Path("no-such")  # left for the loader to name
+
+
+def test_an_epilog_is_printed_as_written_after_the_options(capsys):
+    with pytest.raises(SystemExit):
+        TrainArgs.parse_args(["--help"], epilog="keys --set takes:\n  grpo.max_steps   steps")
+    out = capsys.readouterr().out
+    assert out.index("--set") < out.index("keys --set takes:\n  grpo.max_steps   steps")

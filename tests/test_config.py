@@ -17,10 +17,12 @@ from grpo_playground.config import (
     config_from_dict,
     config_to_dict,
     load_recipe,
+    recipe_from_text,
     save_recipe,
 )
 
-RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"))
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
 
 
 def test_every_field_has_help_text():
@@ -44,7 +46,7 @@ def test_shipped_recipes_exist():
 
 def test_seed_recipe_keeps_the_seed_numbers():
     cfg = load_recipe(next(p for p in RECIPES if p.stem == "qwen3-8b"))
-    assert (cfg.sft.learning_rate, cfg.sft.epochs, cfg.sft.warmup_steps) == (2e-4, 2.0, 5)
+    assert (cfg.sft.learning_rate, cfg.sft.num_train_epochs, cfg.sft.warmup_steps) == (2e-4, 2.0, 5)
     assert (cfg.grpo.learning_rate, cfg.grpo.beta, cfg.grpo.loss_type) == (5e-6, 0.04, "dr_grpo")
     assert (cfg.grpo.temperature, cfg.grpo.num_generations, cfg.grpo.max_completion_length) == (0.9, 8, 1024)
     assert (cfg.lora.r, cfg.lora.alpha, cfg.lora.seed, len(cfg.lora.target_modules)) == (32, 64, 3407, 7)
@@ -123,10 +125,10 @@ def test_generation_batch_adjusted_to_num_generations():
     cfg.grpo.per_device_batch_size, cfg.grpo.num_generations = 1, 8
     per_device, note = cfg.grpo.generation_batch()
     assert per_device == 8 and "does not divide" in note
-    cfg.grpo.per_device_batch_size, cfg.grpo.grad_accum = 3, 2
+    cfg.grpo.per_device_batch_size, cfg.grpo.gradient_accumulation_steps = 3, 2
     per_device, note = cfg.grpo.generation_batch(num_processes=2)
     assert (per_device * 2 * 2) % 8 == 0 and per_device == 4
-    cfg.grpo.per_device_batch_size, cfg.grpo.grad_accum = 16, 1
+    cfg.grpo.per_device_batch_size, cfg.grpo.gradient_accumulation_steps = 16, 1
     assert cfg.grpo.generation_batch() == (16, "")
 
 
@@ -144,3 +146,17 @@ def test_config_module_does_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")})
     assert out.stdout.strip() == "False"
+
+
+def test_old_key_names_load_as_trls_with_a_warning_naming_the_new_one():
+    # epochs, lr_scheduler and grad_accum were renamed to TRL's num_train_epochs, lr_scheduler_type and
+    # gradient_accumulation_steps: recipes saved before (results/ holds dozens) must still load, saying so
+    with pytest.warns(FutureWarning, match=r"sft\.epochs is now sft\.num_train_epochs.*did you mean num_train_epochs"):
+        cfg = recipe_from_text("sft:\n  epochs: 3\n  lr_scheduler: cosine\ngrpo:\n  grad_accum: 2\n")
+    assert (cfg.sft.num_train_epochs, cfg.sft.lr_scheduler_type, cfg.grpo.gradient_accumulation_steps) == (3, "cosine", 2)
+    with pytest.warns(FutureWarning):
+        assert apply_overrides(RunConfig(), ["sft.epochs=4"]).sft.num_train_epochs == 4
+    with pytest.raises(ConfigError, match="is the old name of sft.num_train_epochs, which is set too"):
+        recipe_from_text("sft:\n  epochs: 3\n  num_train_epochs: 2\n")
+    with pytest.warns(FutureWarning):
+        load_recipe(ROOT / "results" / "gpu" / "h200_seed_regime" / "grpo_a" / "recipe.yaml")

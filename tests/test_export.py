@@ -314,7 +314,7 @@ def test_a_failed_push_says_why_and_keeps_the_files(tmp_path, monkeypatch):
 
 def test_export_command_is_what_the_training_tab_runs(tmp_path):
     command = ExportArgs(run=str(tmp_path), stage="grpo", gguf=("q4_k_m", "q8_0"), lora_gguf=True).command()
-    assert command[1:] == ["-m", "pipelines.export", "--run", str(tmp_path), "--stage", "grpo",
+    assert command[1:] == ["-m", "grpo_playground.cli.export", "--run", str(tmp_path), "--stage", "grpo",
                            "--gguf", "q4_k_m", "q8_0", "--lora-gguf"]
 
 

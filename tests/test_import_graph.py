@@ -19,8 +19,10 @@ PACKAGE = "grpo_playground"
 FORBIDDEN = {
     "ui": ("training",),
     "jobs": ("training", "ui"),
+    "rewards": ("doctor",),  # the doctor reads rewards' scores; the design check shares contracts.Finding instead
     "*": ("ui",),
 }
+CHECKOUT_ONLY = ("pipelines", "benchmarks")  # not in the wheel: the installed package must never import them
 
 
 def module_name(path: Path) -> str:
@@ -78,6 +80,17 @@ def without_package_inits(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     return {m: {t for t in ts if not t.startswith(m + ".")} for m, ts in graph.items()}
 
 
+def absolute_imports(path: Path) -> list[str]:
+    """The modules a file imports by absolute name (`import a.b`, `from a.b import c` -> a.b)."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names.append(node.module or "")
+    return names
+
+
 def layer(module: str) -> str:
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else ""
@@ -100,14 +113,16 @@ def test_no_layer_imports_what_it_must_not():
                         f"nothing imports up into ui/): {sorted(arrows)}")
 
 
+def test_the_package_imports_nothing_that_only_a_checkout_has():
+    found = [f"{path.relative_to(SRC)}: {name}" for path in (SRC / PACKAGE).rglob("*.py")
+             for name in absolute_imports(path) if name.split(".")[0] in CHECKOUT_ONLY]
+    assert not found, f"the installed package has no pipelines/ or benchmarks/: move what these need into it: {found}"
+
+
 def test_the_contracts_layer_imports_only_itself_and_the_standard_library():
-    found = []
-    for path in (SRC / PACKAGE / "contracts").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
-            found += [f"{path.name}: {n}" for n in names
-                      if n.split(".")[0] not in sys.stdlib_module_names and not n.startswith(f"{PACKAGE}.contracts")]
+    found = [f"{path.name}: {name}" for path in (SRC / PACKAGE / "contracts").rglob("*.py")
+             for name in absolute_imports(path)
+             if name.split(".")[0] not in sys.stdlib_module_names and not name.startswith(f"{PACKAGE}.contracts")]
     assert not found, ("grpo_playground.contracts is the bottom layer (pure data, standard library only): move "
                        f"what these imports need into it, or the code out of it: {found}")
 

@@ -233,7 +233,8 @@ def test_export_state_is_read_back_from_export_json(tmp_path):
     gguf.write_bytes(b"GGUF")
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()
-    (tmp_path / EXPORT_JOB).write_text(json.dumps({"pid": ended.pid, "started": 100.0, "result": str(result_file)}))
+    (tmp_path / EXPORT_JOB).write_text(json.dumps({"pid": ended.pid, "state": "running", "started": 100.0,
+                                                   "result": str(result_file)}))  # its supervisor died
     # no export.json, or an earlier attempt's: this attempt ended without a result
     assert export_state(tmp_path)["state"] == "failed"
     result_file.write_text(json.dumps({"state": "finished", "started": 50.0, "files": {"gguf_q4_k_m": str(gguf)}}))
@@ -250,7 +251,8 @@ def test_export_state_is_read_back_from_export_json(tmp_path):
                                                     "stage": None, "reason": "RuntimeError: quantize failed", "log": ""}
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        (tmp_path / EXPORT_JOB).write_text(json.dumps({"pid": sleeper.pid, "result": str(result_file)}))
+        (tmp_path / EXPORT_JOB).write_text(json.dumps({"pid": sleeper.pid, "state": "running",
+                                                       "result": str(result_file)}))
         assert export_state(tmp_path)["state"] == "running"
     finally:
         sleeper.kill()

@@ -27,6 +27,18 @@ def _docstrings(tree: ast.AST) -> set[int]:
             and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
 
 
+# Extensions only run-folder files have here: an f-string ending in one spells a run-folder name (f"{name}.jsonl");
+# .json, .yaml, .txt and .log files are also results, recipes and server logs, so those are left to review.
+OWN_EXTENSIONS = (".jsonl", ".request")
+
+
+def _builds_a_name(node: ast.JoinedStr) -> bool:
+    """An f-string that spells a run-folder file name of an OWN_EXTENSIONS kind."""
+    last = node.values[-1]
+    return isinstance(last, ast.Constant) and last.value.endswith(OWN_EXTENSIONS) and any(
+        n.endswith(last.value) for n in FILE_NAMES)
+
+
 def typed_names(path: Path, root: Path = ROOT) -> list[str]:
     """`file:line: 'name'` for each string that is a run-folder file name (or a path ending in one), and each literal
     list of stage names, outside docstrings."""
@@ -36,6 +48,8 @@ def typed_names(path: Path, root: Path = ROOT) -> list[str]:
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
             if any(node.value == n or node.value.endswith("/" + n) for n in FILE_NAMES):
                 found.append(f"{path.relative_to(root)}:{node.lineno}: {node.value!r}")
+        elif isinstance(node, ast.JoinedStr) and _builds_a_name(node):
+            found.append(f"{path.relative_to(root)}:{node.lineno}: f-string {ast.unparse(node)}")
         elif isinstance(node, (ast.Tuple, ast.List)) and node.elts and all(
                 isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
             if tuple(e.value for e in node.elts) in STAGE_LISTS:
@@ -52,9 +66,11 @@ def test_no_module_types_a_run_folder_name_or_the_stage_list():
 
 def test_the_grep_sees_a_typed_name_and_a_stage_list_but_not_a_docstring(tmp_path):
     bad = tmp_path / "bad.py"
-    bad.write_text('"""Reads status.json."""\nPATH = "runs/x/status.json"\nSTAGES = ("sft", "grpo")\n')
+    bad.write_text('"""Reads status.json."""\nPATH = "runs/x/status.json"\nSTAGES = ("sft", "grpo")\n'
+                   'FEED = f"{name}.jsonl"\nFINE = f"{stamp}-{slug}.json"\n')
     hits = typed_names(bad, tmp_path)
-    assert [h.split(": ", 1)[1] for h in hits] == ["'runs/x/status.json'", "stage list ('sft', 'grpo')"]
+    assert [h.split(": ", 1)[1] for h in hits] == ["'runs/x/status.json'", "stage list ('sft', 'grpo')",
+                                                   "f-string f'{name}.jsonl'"]
 
 
 def _run_with(tmp_path: Path, overrides: list[str]) -> Path:

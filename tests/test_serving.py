@@ -168,11 +168,54 @@ def test_discovery_finds_exports_and_run_adapters(tmp_path, monkeypatch):
     by_label = {t.label: t for t in targets}
     assert len(by_label) == len(targets)
     assert "llama.cpp · smollm2-135m" in by_label
-    assert by_label["llama.cpp · exports/tiny/tiny.q8_0.gguf"].lora is None
-    paired = by_label["llama.cpp · runs/r1/export/grpo/r1-grpo.lora.gguf (base f16 + GGUF LoRA)"]
+    assert by_label["llama.cpp · tiny · q8_0"].lora is None
+    paired = by_label["llama.cpp · r1 · grpo · f16 + GGUF LoRA"]
     assert paired.model.endswith("r1-grpo.base.f16.gguf") and paired.lora.endswith("r1-grpo.lora.gguf")
-    adapter = next(t for t in targets if t.backend == VLLM and t.lora)
+    assert by_label["llama.cpp · r1 · grpo · q4_k_m"].model.endswith("r1-grpo.q4_k_m.gguf")
+    adapter = by_label["vLLM · r1 · grpo · LoRA on Qwen3-0.6B"]
     assert adapter.model == "Qwen/Qwen3-0.6B" and adapter.lora == str(runs / "r1" / "grpo")
+
+
+def test_an_offline_machine_lists_no_hub_model_it_cannot_load(tmp_path, monkeypatch):
+    """The H200 Space run listed Qwen3-0.6B ... 8B for vLLM with the hub unreachable: each would fail at Send."""
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty hub cache
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "0")
+    online = {t.label for t in discover_targets()}
+    assert "vLLM · qwen3-8b" in online
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    offline = {t.label for t in discover_targets()}
+    assert not any("qwen3" in label for label in offline)
+    assert "vLLM · tiny" in offline and "llama.cpp · smollm2-135m" in offline  # local models stay
+
+
+def test_chat_labels_name_the_run_stage_and_quantization_up_front(tmp_path, monkeypatch):
+    """Issue 22 item 6: entries were long relative paths cut in the dropdown, so f16 and q4_k_m looked alike."""
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(runs))
+    monkeypatch.setenv("GRPO_PLAYGROUND_EXPORTS_DIR", str(tmp_path / "exports"))
+    run = runs / "20261201-093012-quick-ab12"
+    (run / "export" / "grpo").mkdir(parents=True)
+    for quant in ("f16", "q4_k_m"):
+        (run / "export" / "grpo" / f"quick-grpo.{quant}.gguf").write_bytes(b"GGUF")
+    lora_dir(run / "sft", 8)
+    lora_dir(run / "grpo", 8)  # on a GGUF model's converted folder (models.loading's cache)
+    config = json.loads((run / "grpo" / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = "/data/cache/models/smollm2-135m-449235ffa596"
+    (run / "grpo" / "adapter_config.json").write_text(json.dumps(config))
+    for folder in ("a", "b"):  # the same file name in two export folders
+        (tmp_path / "exports" / folder).mkdir(parents=True)
+        (tmp_path / "exports" / folder / "m.q8_0.gguf").write_bytes(b"GGUF")
+    labels = [t.label for t in discover_targets()]
+    assert "llama.cpp · quick · grpo · f16 (12-01 09:30)" in labels
+    assert "llama.cpp · quick · grpo · q4_k_m (12-01 09:30)" in labels
+    assert "vLLM · quick · sft · LoRA on Qwen3-0.6B (12-01 09:30)" in labels
+    assert "vLLM · quick · grpo · LoRA on smollm2-135m (12-01 09:30)" in labels
+    # what a ~30-character dropdown shows still tells the two quantizations apart
+    assert len({label[:34] for label in labels if label.startswith("llama.cpp · quick · grpo")}) == 2
+    twins = sorted(label for label in labels if label.startswith("llama.cpp · m · q8_0"))
+    assert twins == [f"llama.cpp · m · q8_0 [{tmp_path / 'exports' / f / 'm.q8_0.gguf'}]" for f in ("a", "b")]
 
 
 @pytest.mark.slow
@@ -333,7 +376,8 @@ def test_vllm_chat_server_is_shaped_for_chat_and_caches_its_compilation_on_the_d
     from grpo_playground.serving import backends
 
     monkeypatch.setenv("GRPO_PLAYGROUND_CACHE", str(tmp_path / "data" / "cache"))  # what start.sh sets on a Space
-    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
+    for name in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR"):  # (torch sets the latter once it has compiled)
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "mine"))  # a variable already set is kept
     env = backends.vllm_env()
     assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "data" / "cache" / "compile" / "vllm")
@@ -352,7 +396,8 @@ def test_vllm_chat_server_is_shaped_for_chat_and_caches_its_compilation_on_the_d
     monkeypatch.setattr(backends, "vllm_unavailable_reason", lambda: None)
     monkeypatch.setattr(backends, "vllm_has_engine_arg", lambda name: False)  # a vLLM without --stream-interval
     server = backends.vllm_server("assets/tiny", {"sft": tmp_path / "sft"}, gpu_memory_utilization=0.07)
-    assert server.warm_up is not None and server.stages == backends.VLLM_STAGES
+    assert server.stages == backends.VLLM_STAGES
+    assert ServerPool()._new_server(ChatTarget(VLLM, "assets/tiny", str(tmp_path / "sft"))).warm_up is not None
     assert "--stream-interval" not in server.command
     assert server.command[server.command.index("--max-model-len") + 1] == "1024"  # the tiny model's own length
     assert server.command[server.command.index("--gpu-memory-utilization") + 1] == "0.07"

@@ -114,6 +114,9 @@ def test_vllm_runs_keep_the_tags_as_text(monkeypatch):
     assert backend.vllm_rollouts(cfg)
     extra, note = backend.register_tags(None, None, cfg)
     assert extra == {} and note == backend.VLLM_TAGS_NOTE
+    cfg.grpo.enabled = False  # an SFT-only run (the comparison's sft-W) whose GRPO comes later, from its adapter
+    assert backend.register_tags(None, None, cfg) == ({}, backend.VLLM_TAGS_NOTE)
+    cfg.grpo.enabled = True
     cfg.model.backend, cfg.model.fast_inference = "unsloth", False
     assert not backend.vllm_rollouts(cfg)  # Unsloth's vLLM is its fast_inference
     cfg.model.backend, cfg.grpo.use_vllm = "trl", False

@@ -112,3 +112,19 @@ def test_the_proofs_chat_measurements_on_a_real_streaming_server():
     assert 0 < both["first_token_s_median"] <= both["first_token_s_max"] <= both["wall_s"]
     # llama.cpp answers one request at a time, so two chats never stream together: no steady state to report
     assert len(both["steady_rounds"]) == 2 and (both["steady_tokens_per_s"] is None or both["steady_tokens_per_s"] > 0)
+
+
+def test_every_servers_whole_log_is_kept_a_failed_one_too(tmp_path):
+    fresh, failed = tmp_path / "fresh.log", tmp_path / "failed.log"
+    fresh.write_text("INFO torch.compile took 12.50 s in total\nTriton kernel JIT compilation during inference: _a\n"
+                     "ready\nTriton kernel JIT compilation during inference: _b\n")
+    failed.write_text("ValueError: Free memory on device is less than desired GPU memory utilization\n")
+    starts = [{"kind": "fresh", "log": str(fresh), "_ready_at": fresh.read_text().index("ready")}]
+    servers = [{"log": str(fresh)}, {"log": str(failed)}]  # the restart's server never became healthy
+    out = tmp_path / "vllm_chat.server.log"
+    vllm_chat_proof.keep_logs(starts, servers, out)
+    kept = out.read_text()
+    assert kept.index("===== fresh start") < kept.index("===== failed start") and "Free memory on device" in kept
+    assert kept.count("torch.compile took") == 1
+    assert starts[0]["log_timings"]["compile_s"] == 12.5 and "_ready_at" not in starts[0]
+    assert starts[0]["log_timings"]["jit_during_warm_up"] == ["_a"] and starts[0]["log_timings"]["jit_after_ready"] == ["_b"]

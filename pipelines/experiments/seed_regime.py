@@ -140,7 +140,7 @@ def fresh_set(args, cfg, data_dir: Path, n_fresh: int) -> int:
 def sft_until_format(args, cfg, work: Path, worked_spec: str) -> dict:
     """SFT on W in rounds until the sampled format rate on held-out prompts reaches the target."""
     common = ["tracking.swanlab=disabled", "grpo.enabled=false", f"data.sft_source={worked_spec}",
-              f"data.eval_source={args.eval_data}", f"sft.max_steps={args.round_steps}", "sft.epochs=1000",
+              f"data.eval_source={args.eval_data}", f"sft.max_steps={args.round_steps}", "sft.num_train_epochs=1000",
               f"grpo.preflight_prompts={args.preflight_prompts}", *args.overrides]
     adapter, rounds = cfg.model.name_or_path, []
     for i in range(args.max_rounds):
@@ -238,11 +238,11 @@ def main(argv: list[str] | None = None) -> int:
     grpo_seconds = grpo_status["stage_seconds"]["grpo"]
     control_lr = args.control_lr if args.control_lr is not None else cfg.sft.learning_rate / 10
     control_steps = max(1, int(grpo_seconds * sft["steps"] / sft["train_seconds"]))
-    batch = cfg.sft.per_device_batch_size * cfg.sft.grad_accum
+    batch = cfg.sft.per_device_batch_size * cfg.sft.gradient_accumulation_steps
     n_fresh = fresh_set(args, cfg, data_dir, control_steps * batch)
     continuation = [*base, f"model.name_or_path={sft['adapter']}", "grpo.enabled=false", f"sft.learning_rate={control_lr}",
-                    "sft.lr_scheduler=linear", f"sft.max_minutes={grpo_seconds / 60:.3f}", f"sft.max_steps={control_steps}",
-                    "sft.warmup_steps=0", "sft.epochs=1000"]
+                    "sft.lr_scheduler_type=linear", f"sft.max_minutes={grpo_seconds / 60:.3f}", f"sft.max_steps={control_steps}",
+                    "sft.warmup_steps=0", "sft.num_train_epochs=1000"]
     mark(work, "sft_w+more_sft_w", "running", work / "more_sft_w")
     more_w = train(args.recipe, work / "more_sft_w", "sft", [*continuation, f"data.sft_source={worked_spec}"])
     mark(work, "sft_w+more_sft_w", "done")

@@ -12,8 +12,8 @@ import os
 import socket
 from pathlib import Path
 
-CHECKOUT = Path(__file__).resolve().parents[2]  # the checkout: holds pipelines/ and src/
-SRC = CHECKOUT / "src"
+SRC = Path(__file__).resolve().parents[1]  # holds the package: the checkout's src/, or site-packages once installed
+CHECKOUT = SRC.parent  # where children start: a checkout's root (holds pipelines/, for the experiments)
 SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 # The secrets a job (training, eval, export, comparison) may need: hub downloads of a gated base and pushes of an
 # export, SwanLab's online mode. Never the app's owner token: a job's environ is readable by same-user processes.

@@ -29,3 +29,24 @@ def test_question_streams_a_reply_with_tags_visible_and_scores(page, screenshot)
         screenshot(page, "reply")
     finally:
         POOL.stop_all()
+
+
+def test_enter_sends_panes_are_titled_and_an_empty_question_says_so_once(page, screenshot):
+    """Issue 22 item 6: Enter did not send, panes were titled "Checkpoint 1/2", and an empty question painted a red
+    Error badge over every pane."""
+    page.get_by_role("tab", name="Chat").click()
+    bot = page.locator("#chat-bot-1")
+    expect(bot).to_contain_text("llama.cpp · smollm2-135m")  # the pane's title: its checkpoint
+    question = page.locator("#chat-question textarea")
+    question.fill("")
+    question.press("Enter")
+    expect(page.locator("#chat-notes")).to_contain_text("Type a question first, then press Enter or Send.")
+    expect(page.locator(".error")).to_have_count(0)  # no error badge anywhere
+    try:
+        question.fill("What is 2 + 3? Answer with a number.")
+        question.press("Enter")
+        expect(bot.locator('[data-testid="bot"]').last).not_to_be_empty(timeout=REPLY_TIMEOUT_MS)
+        expect(page.locator("#chat-notes")).not_to_contain_text("Type a question first")
+        screenshot(page, "enter-sends")
+    finally:
+        POOL.stop_all()

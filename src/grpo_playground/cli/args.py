@@ -32,22 +32,22 @@ def option(default=MISSING, *, help: str, flag: str | None = None, choices=None,
 @dataclass(frozen=True)
 class CliArgs:
     MODULE: ClassVar[str]  # what `python -m` runs
+    COMMAND: ClassVar[str | None] = None  # its `grpo-playground COMMAND` console command, when it has one
     DESCRIPTION: ClassVar[str]
 
     @classmethod
     def _options(cls) -> list[tuple[dataclasses.Field, type, str]]:
         hints = typing.get_type_hints(cls)
-        return [(f, hints[f.name], f.metadata["flag"] or "--" + f.name.replace("_", "-")) for f in dataclasses.fields(cls)]
+        return [(f, hints[f.name], f.metadata["flag"] or "--" + f.name.replace("_", "-"))
+                for f in dataclasses.fields(cls)]
 
     @classmethod
-    def epilog(cls) -> str | None:
-        """Text --help prints after the options, as written (e.g. every key an option takes)."""
-        return None
-
-    @classmethod
-    def parser(cls) -> argparse.ArgumentParser:
-        parser = argparse.ArgumentParser(prog=f"python -m {cls.MODULE}", description=cls.DESCRIPTION,
-                                         epilog=cls.epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    def parser(cls, epilog: str | None = None) -> argparse.ArgumentParser:
+        """The argparse parser; `epilog`: text after the options in --help, kept as written (e.g. the keys --set
+        takes, which the CLI lists from the config without this module importing it)."""
+        prog = f"grpo-playground {cls.COMMAND}" if cls.COMMAND else f"python -m {cls.MODULE}"
+        parser = argparse.ArgumentParser(prog=prog, description=cls.DESCRIPTION, epilog=epilog,
+                                         formatter_class=argparse.RawDescriptionHelpFormatter)
         groups: dict[str, argparse._MutuallyExclusiveGroup] = {}
         for f, kind, flag in cls._options():
             meta = f.metadata
@@ -75,9 +75,9 @@ class CliArgs:
         return parser
 
     @classmethod
-    def parse_args(cls, argv: list[str] | None = None):
+    def parse_args(cls, argv: list[str] | None = None, epilog: str | None = None):
         """The dataclass of `argv` (default sys.argv[1:]); argparse's usage error and exit 2 for bad arguments."""
-        values = vars(cls.parser().parse_args(argv))
+        values = vars(cls.parser(epilog).parse_args(argv))
         for f, _, _ in cls._options():
             if f.metadata["many"]:
                 values[f.name] = tuple(values[f.name] or f.default)
@@ -120,10 +120,12 @@ def _scalar(kind) -> type:
 
 @dataclass(frozen=True)
 class TrainArgs(CliArgs):
-    MODULE: ClassVar[str] = "pipelines.train"
-    DESCRIPTION: ClassVar[str] = "Train a run from a recipe: SFT then GRPO (or one stage), writing everything into the run's folder."
+    MODULE: ClassVar[str] = "grpo_playground.cli.train"
+    COMMAND: ClassVar[str] = "train"
+    DESCRIPTION: ClassVar[str] = ("Train a run from a recipe: SFT then GRPO (or one stage), writing everything into "
+                                  "the run's folder.")
 
-    config: Path = option(help="recipe YAML (see recipes/)")
+    config: Path = option(help="recipe YAML, or the name of a shipped recipe (quick, tiny-cpu, ...)")
     run_dir: Path | None = option(None, help="use this run folder (required with --resume)")
     stage: str = option("all", choices=JOB_STAGES, help="all: SFT, then the pre-flight, then GRPO (default); sft or "
                                                           "grpo: that stage alone; preflight: only sample a few groups "
@@ -134,16 +136,11 @@ class TrainArgs(CliArgs):
                                         help="override a recipe value, e.g. --set grpo.max_steps=20 (repeatable; "
                                              "every key is listed below)")
 
-    @classmethod
-    def epilog(cls) -> str:
-        from grpo_playground.config import override_keys_help  # the keys come from the config dataclasses
-
-        return override_keys_help()
-
 
 @dataclass(frozen=True)
 class EvalArgs(CliArgs):
-    MODULE: ClassVar[str] = "pipelines.eval"
+    MODULE: ClassVar[str] = "grpo_playground.cli.eval"
+    COMMAND: ClassVar[str] = "eval"
     DESCRIPTION: ClassVar[str] = ("Evaluate a model on a data source: format rate, strict and lenient accuracy, "
                                   "length, re-check rate.")
 
@@ -165,8 +162,10 @@ class EvalArgs(CliArgs):
 
 @dataclass(frozen=True)
 class ExportArgs(CliArgs):
-    MODULE: ClassVar[str] = "pipelines.export"
-    DESCRIPTION: ClassVar[str] = "Export a trained run (or a plain model) to GGUF for llama.cpp / Ollama, fully offline."
+    MODULE: ClassVar[str] = "grpo_playground.cli.export"
+    COMMAND: ClassVar[str] = "export"
+    DESCRIPTION: ClassVar[str] = ("Export a trained run (or a plain model) to GGUF for llama.cpp / Ollama, fully "
+                                  "offline.")
 
     run: str | None = option(None, group="source", help="run folder with sft/ and grpo/ LoRA adapters")
     model: str | None = option(None, group="source",

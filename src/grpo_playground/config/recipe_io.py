@@ -10,10 +10,11 @@ import functools
 import math
 import types
 import typing
+import warnings
 from dataclasses import fields
 from pathlib import Path
 
-from grpo_playground.config.run_config import SECTIONS, ConfigError, RunConfig, _did_you_mean
+from grpo_playground.config.run_config import RENAMED_KEYS, SECTIONS, ConfigError, RunConfig, _did_you_mean
 from grpo_playground.tags import Tags
 
 MAX_RECIPE_BYTES = 256 * 1024
@@ -62,12 +63,27 @@ def config_from_dict(data: dict) -> RunConfig:
         valid = {f.name for f in fields(cls)}
         values = {}
         for key, value in raw.items():
+            key = current_key(section, key, valid, raw)
             if key not in valid:
                 raise ConfigError(f"{section}.{key}", value,
                                   f"unknown key{_did_you_mean(key, valid)}; valid: {', '.join(sorted(valid))}")
             values[key] = _coerce(f"{section}.{key}", value, hints[key])
         kwargs[section] = cls(**values)
     return RunConfig(**kwargs).validate()
+
+
+def current_key(section: str, key: str, valid: set[str], given: dict) -> str:
+    """`key`, or the TRL name it was renamed to (RENAMED_KEYS), with a warning that says so; an old key given beside
+    its new name is an error (which one would win?)."""
+    new = RENAMED_KEYS.get(key)
+    if new is None or new not in valid:
+        return key
+    if new in given:
+        raise ConfigError(f"{section}.{key}", given[key], f"is the old name of {section}.{new}, which is set too: "
+                                                          f"keep only {new}")
+    warnings.warn(f"{section}.{key} is now {section}.{new} (TRL's name): the old key is read for this release; "
+                  f"did you mean {new}? Rename it in the recipe", FutureWarning, stacklevel=3)
+    return new
 
 
 def _coerce(path: str, value, hint):
@@ -277,5 +293,6 @@ def apply_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
         elif section not in data:
             raise ConfigError(section, item, f"unknown section{_did_you_mean(section, data)}")
         else:
-            data[section][name] = value
+            valid = {f.name for f in fields(SECTIONS[section])}
+            data[section][current_key(section, name, valid, {})] = value
     return config_from_dict(data)

@@ -141,16 +141,16 @@ class LoraSettings:
 @dataclass
 class SFTStage:
     enabled: bool = field(default=True, metadata=_help("Run SFT first: it teaches the format, not the math."))
-    epochs: float = field(default=2.0, metadata=_help("Passes over the SFT data (seed 2; more stiffens the style)."))
+    num_train_epochs: float = field(default=2.0, metadata=_help("Passes over the SFT data (seed 2; more stiffens the style)."))
     max_steps: int = field(default=-1, metadata=_help("Stop after this many steps (-1 = run the epochs)."))
     learning_rate: float = field(default=2e-4, metadata=_help("SFT learning rate (seed 2e-4)."))
     warmup_steps: int = field(default=5, metadata=_help("Linear warm-up steps (seed 5)."))
-    lr_scheduler: str = field(default="linear", metadata=_help("Learning-rate schedule.", choices=LR_SCHEDULERS))
+    lr_scheduler_type: str = field(default="linear", metadata=_help("Learning-rate schedule.", choices=LR_SCHEDULERS))
     optim: str = field(default="adamw_8bit", metadata=_help(
         "Optimizer (seed adamw_8bit; without bitsandbytes, e.g. on CPU, adamw_torch is used).", choices=OPTIMIZERS))
     weight_decay: float = field(default=0.01, metadata=_help("Weight decay (seed 0.01)."))
     per_device_batch_size: int = field(default=1, metadata=_help("Examples per device per step (seed 1)."))
-    grad_accum: int = field(default=1, metadata=_help("Gradient accumulation steps (seed 1)."))
+    gradient_accumulation_steps: int = field(default=1, metadata=_help("Gradient accumulation steps (seed 1)."))
     max_length: int = field(default=2048, metadata=_help("Longest tokenized SFT example; longer ones are truncated."))
     logging_steps: int = field(default=5, metadata=_help("Log metrics every N steps."))
     save_steps: int = field(default=100, metadata=_help("Save a resumable checkpoint every N steps."))
@@ -158,15 +158,15 @@ class SFTStage:
         "Time budget: stop (and save the adapter) after this many minutes even before max_steps; empty = none."))
 
     def validate(self, prefix: str = "sft") -> None:
-        _check_range(f"{prefix}.epochs", self.epochs, 0.0, 1000.0)
+        _check_range(f"{prefix}.num_train_epochs", self.num_train_epochs, 0.0, 1000.0)
         if self.max_steps == 0 or self.max_steps < -1:
             raise ConfigError(f"{prefix}.max_steps", self.max_steps, "give a positive number, or -1 to run the epochs")
         _check_range(f"{prefix}.learning_rate", self.learning_rate, 1e-8, 1e-2, "the seed uses 2e-4")
         _check_range(f"{prefix}.warmup_steps", self.warmup_steps, 0, None)
-        _check_choice(f"{prefix}.lr_scheduler", self.lr_scheduler, LR_SCHEDULERS)
+        _check_choice(f"{prefix}.lr_scheduler_type", self.lr_scheduler_type, LR_SCHEDULERS)
         _check_choice(f"{prefix}.optim", self.optim, OPTIMIZERS)
         _check_range(f"{prefix}.weight_decay", self.weight_decay, 0.0, 1.0)
-        for name in ("per_device_batch_size", "grad_accum", "logging_steps", "save_steps"):
+        for name in ("per_device_batch_size", "gradient_accumulation_steps", "logging_steps", "save_steps"):
             _check_range(f"{prefix}.{name}", getattr(self, name), 1, None)
         _check_range(f"{prefix}.max_length", self.max_length, 16, 131072)
         if self.max_minutes is not None:
@@ -198,9 +198,9 @@ class GRPOStage:
     per_device_batch_size: int = field(default=8, metadata=_help(
         "Completions per device per step (TRL counts completions, not prompts). Raised to a multiple of "
         "num_generations when needed (as Unsloth does for the seed's 1)."))
-    grad_accum: int = field(default=1, metadata=_help("Gradient accumulation steps (seed 1)."))
+    gradient_accumulation_steps: int = field(default=1, metadata=_help("Gradient accumulation steps (seed 1)."))
     warmup_steps: int = field(default=0, metadata=_help("Linear warm-up steps."))
-    lr_scheduler: str = field(default="linear", metadata=_help("Learning-rate schedule.", choices=LR_SCHEDULERS))
+    lr_scheduler_type: str = field(default="linear", metadata=_help("Learning-rate schedule.", choices=LR_SCHEDULERS))
     optim: str = field(default="adamw_8bit", metadata=_help(
         "Optimizer (seed adamw_8bit; without bitsandbytes adamw_torch is used).", choices=OPTIMIZERS))
     weight_decay: float = field(default=0.01, metadata=_help("Weight decay (seed 0.01)."))
@@ -230,13 +230,13 @@ class GRPOStage:
     def generation_batch(self, num_processes: int = 1) -> tuple[int, str]:
         """Per-device batch TRL accepts (its generation batch must divide by num_generations), and why it changed."""
         per_device = self.per_device_batch_size
-        total = per_device * self.grad_accum * num_processes
+        total = per_device * self.gradient_accumulation_steps * num_processes
         if total % self.num_generations == 0:
             return per_device, ""
-        while (per_device * self.grad_accum * num_processes) % self.num_generations:
+        while (per_device * self.gradient_accumulation_steps * num_processes) % self.num_generations:
             per_device += 1
         return per_device, (
-            f"grpo.per_device_batch_size {self.per_device_batch_size} x grad_accum {self.grad_accum} x "
+            f"grpo.per_device_batch_size {self.per_device_batch_size} x gradient_accumulation_steps {self.gradient_accumulation_steps} x "
             f"{num_processes} process(es) does not divide by num_generations {self.num_generations}: "
             f"using per_device_batch_size {per_device}")
 
@@ -257,10 +257,10 @@ class GRPOStage:
         _check_range(f"{prefix}.num_iterations", self.num_iterations, 1, 64)
         _check_range(f"{prefix}.top_entropy_quantile", self.top_entropy_quantile, 0.01, 1.0,
                      "0.2 trains on the fifth of tokens with the highest entropy; 1.0 on all")
-        _check_choice(f"{prefix}.lr_scheduler", self.lr_scheduler, LR_SCHEDULERS)
+        _check_choice(f"{prefix}.lr_scheduler_type", self.lr_scheduler_type, LR_SCHEDULERS)
         _check_choice(f"{prefix}.optim", self.optim, OPTIMIZERS)
         _check_range(f"{prefix}.weight_decay", self.weight_decay, 0.0, 1.0)
-        for name in ("per_device_batch_size", "grad_accum", "logging_steps", "save_steps", "preflight_prompts"):
+        for name in ("per_device_batch_size", "gradient_accumulation_steps", "logging_steps", "save_steps", "preflight_prompts"):
             _check_range(f"{prefix}.{name}", getattr(self, name), 1, None)
         _check_range(f"{prefix}.warmup_steps", self.warmup_steps, 0, None)
         if self.max_minutes is not None:
@@ -317,6 +317,11 @@ class Hardware:
         _check_range(f"{prefix}.num_gpus", self.num_gpus, 1, 64)
         _check_range(f"{prefix}.cpu_threads", self.cpu_threads, 1, 256)
 
+
+# Keys renamed to TRL's own (SFTConfig / GRPOConfig) where they map one to one: a recipe with an old key still loads,
+# with a warning naming the new one, for one release.
+RENAMED_KEYS = {"epochs": "num_train_epochs", "lr_scheduler": "lr_scheduler_type",
+                "grad_accum": "gradient_accumulation_steps"}
 
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "lora": LoraSettings, "sft": SFTStage, "grpo": GRPOStage,
             "rewards": RewardSettings, "tracking": Tracking, "hardware": Hardware}

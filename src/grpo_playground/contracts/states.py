@@ -23,6 +23,19 @@ ACTIVE_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.STOPPING)
 FINAL_STATES = (JobState.STOPPED, JobState.FINISHED, JobState.FAILED)
 
 
+class StepState(str, Enum):
+    """One step of a background job (grpo_playground.jobs.record): an evaluation of one checkpoint, an export."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class Stage(str, Enum):
     SFT = "sft"
     GRPO = "grpo"

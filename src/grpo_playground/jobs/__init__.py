@@ -1,6 +1,6 @@
 """UI side of training jobs: run folders, child processes (start / stop / resume), the queue, live files.
 
-No torch here: the UI imports this package. The job itself is `python -m pipelines.train` run by
+No torch here: the UI imports this package. The job itself is `python -m grpo_playground.cli.train` run by
 `python -m grpo_playground.jobs.launcher` in its own session (see docs/ARCHITECTURE.md, "Jobs").
 """
 

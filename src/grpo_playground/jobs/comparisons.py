@@ -1,15 +1,15 @@
 """"GRPO vs more SFT" comparisons from the UI: `python -m pipelines.experiments.seed_regime` as a background job.
 
 Each comparison has its own folder, <runs>/comparisons/<id>/: the recipe it runs (a copy: editing the original
-later changes nothing), comparison_job.json (pid, plan), comparison.log (a file, never a pipe), work/ (the
-experiment's data, run folders and progress.json) and comparison_result.json/.md when it is done. Like an evaluation job it
-outlives the browser and the app; its state is read back from disk: running while the pid lives, then finished
-(the result exists), stopped (Stop was pressed) or failed.
+later changes nothing), comparison_job.json (its job record: grpo_playground.jobs.record), comparison.log (a file,
+never a pipe), work/ (the experiment's data, run folders and progress.json) and comparison_result.json/.md when it
+is done. Like an evaluation job it outlives the browser and the app; its state is read back from its record: waiting (for the training slot) or
+running while its supervisor lives, then finished (the result exists), stopped (Stop was pressed) or failed.
 
-It trains, so it takes the training slot: the chain runs under `flock <runs>/.gpu.lock` (the lock the training
+It trains, so it takes the training slot: its supervisor holds the flock on <runs>/.gpu.lock (the lock the training
 launcher takes), so it waits for a training run to end and training runs wait for it. One comparison at a time;
-sizes and minutes are bounded (ComparisonPlan) and the whole chain is under coreutils `timeout`, so even the owner
-token cannot start a job that runs for days. Stop signals the whole process group.
+sizes and minutes are bounded (ComparisonPlan) and the experiment runs under a time limit (MAX_JOB_S), so even the
+owner token cannot start a job that runs for days. Stop signals the whole process group.
 """
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ import os
 import re
 import shlex
 import shutil
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from grpo_playground.child_process import job_env
 from grpo_playground.cli.args import CompareArgs
+from grpo_playground.contracts.process import log_tail
+from grpo_playground.contracts.states import JobState
 from grpo_playground.data.generator import LEVELS
 from grpo_playground.data.spec import parse_levels
-from grpo_playground.jobs.background import start_detached, stop_detached
-from grpo_playground.contracts.process import is_alive, log_tail
+from grpo_playground.jobs.record import job_running, job_state, read_record, start_job, step, stop_job
 from grpo_playground.run_layout import (
     COMPARISON_JOB,
     COMPARISON_LOG,
@@ -42,10 +42,8 @@ from grpo_playground.run_layout import (
     new_run_id,
     read_json,
     runs_dir,
-    write_json_atomic,
 )
 
-SLOT_MARK = "[compare] got the training slot"
 MAX_JOB_S = 4 * 3600  # the whole chain: SFT rounds, three arms of at most MAX_MINUTES, four evaluations
 LOG_TAIL_LINES = 40
 LOG_TAIL_BYTES = 16_000
@@ -108,21 +106,22 @@ def comparison_state(comparison_id: str) -> dict:
     "steps" (progress.json's), "current" (the running step's training status, if any), "result" (when finished),
     "log"}."""
     folder = comparison_path(comparison_id)
-    job = read_json(folder / COMPARISON_JOB)
+    job = read_record(folder / COMPARISON_JOB)
+    meta = job.get("meta", {})
     log = log_tail(folder / COMPARISON_LOG, LOG_TAIL_BYTES, lines=LOG_TAIL_LINES)
     progress_file = read_json(folder / COMPARISON_WORK / PROGRESS_FILE)
     progress = progress_file.get("steps", {})
     result = read_json(folder / f"{COMPARISON_RESULT}.json") or None
-    if is_alive(job.get("pid"), job.get("start_ticks")):
-        state = "running" if SLOT_MARK in log or progress else "waiting"
+    if job_running(job):  # queued: its supervisor waits for the training slot
+        state = "waiting" if job_state(job) == JobState.QUEUED else "running"
     else:
-        state = "finished" if result else ("stopped" if job.get("stopped") else "failed")
+        state = "finished" if result else ("stopped" if job_state(job) == JobState.STOPPED else "failed")
     running = [step for step, s in progress.items() if s.get("state") == "running"]
     current = {}
     if state == "running" and running and progress[running[-1]].get("run_dir"):
         current = read_json(Path(progress[running[-1]]["run_dir"]) / STATUS_FILE)
-    return {"id": comparison_id, "state": state, "plan": job.get("plan", {}), "recipe_name": job.get("recipe_name"),
-            "command": job.get("command", ""), "started": job.get("started"),
+    return {"id": comparison_id, "state": state, "plan": meta.get("plan", {}), "recipe_name": meta.get("recipe_name"),
+            "command": meta.get("command", ""), "started": job.get("started"),
             "order": progress_file.get("order", []), "steps": progress,
             "current": current, "result": result, "log": log}
 
@@ -134,8 +133,7 @@ def list_comparisons() -> list[str]:
 
 def running_comparison() -> str | None:
     for comparison_id in list_comparisons():
-        job = read_json(comparisons_dir() / comparison_id / COMPARISON_JOB)
-        if is_alive(job.get("pid"), job.get("start_ticks")):
+        if job_running(read_record(comparisons_dir() / comparison_id / COMPARISON_JOB)):
             return comparison_id
     return None
 
@@ -150,26 +148,18 @@ def start_comparison(recipe: Path, recipe_name: str, plan: ComparisonPlan) -> di
     folder.mkdir()
     shutil.copyfile(recipe, folder / RECIPE_FILE)
     command = experiment_command(folder, plan)
-    lock = runs_dir() / GPU_LOCK
-    # flock holds the training slot for the whole chain (its child inherits the locked fd); --foreground keeps
-    # `timeout` in the job's process group, so Stop (killpg) reaches every training child too. It only signals
-    # the experiment, so past the limit `kill 0` ends the rest of the group (a training child).
-    inner = (f"echo {shlex.quote(SLOT_MARK)}; timeout --foreground {MAX_JOB_S} {shlex.join(command)}; rc=$?; "
-             f"if [ $rc -eq 124 ]; then echo '[compare] FAILED: over the {MAX_JOB_S // 3600} h limit'; kill 0; fi; "
-             "exit $rc")
-    chain = (f"echo '[compare] waiting for the training slot'; "
-             f"exec flock {shlex.quote(str(lock))} /bin/sh -c {shlex.quote(inner)}")
     env = job_env(OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    # the supervisor holds the training slot (the lock training jobs take) for the whole experiment; past the time
+    # limit it stops the experiment and kills what is left of its group (a training child)
     with open(folder / COMPARISON_LOG, "wb") as log:
-        process = start_detached(["/bin/sh", "-c", chain], log, env)
-    write_json_atomic(folder / COMPARISON_JOB, {
-        **process, "plan": asdict(plan),
-        "recipe_name": recipe_name, "command": "OMP_NUM_THREADS=1 " + shlex.join(["python", *command[1:]]),
-        "started": time.time()})
+        start_job(folder / COMPARISON_JOB, "compare", [step("experiment", command, MAX_JOB_S)], log, env,
+                  slot=runs_dir() / GPU_LOCK, result=folder / f"{COMPARISON_RESULT}.json",
+                  meta={"plan": asdict(plan), "recipe_name": recipe_name,
+                        "command": "OMP_NUM_THREADS=1 " + shlex.join(["python", *command[1:]])})
     return comparison_state(folder.name)
 
 
 def stop_comparison(comparison_id: str) -> str:
-    pid = stop_detached(comparison_path(comparison_id) / COMPARISON_JOB)
+    pid = stop_job(comparison_path(comparison_id) / COMPARISON_JOB)
     return f"Comparison {comparison_id} is not running." if pid is None else \
         f"Stopped comparison {comparison_id} (pid {pid})."

@@ -1,8 +1,8 @@
-"""Export a run to GGUF from the UI: `python -m pipelines.export` as a child process in its own session.
+"""Export a run to GGUF from the UI: the export CLI as a one-step background job (grpo_playground.jobs.record).
 
-Its state is read back from disk like a training job's: the pid in <run>/export_job.json says whether it still runs,
-and the export's own export.json (in <run>/export/<stage>/, written by export_run) says how it ended: finished with
-its files and failed checks, or failed with the error. Its output goes to <run>/export.log (appended, one
+Its state is read back from disk like a training job's: its job record, <run>/export_job.json, says whether it
+still runs, and the export's own export.json (in <run>/export/<stage>/, written by export_run) says how it ended:
+finished with its files and failed checks, or failed with the error. Its output goes to <run>/export.log (appended, one
 "[ui] export" marker per attempt), shown while it runs. It does not take the training slot: merge, conversion and
 quantization run on the CPU.
 """
@@ -14,16 +14,16 @@ from pathlib import Path
 
 from grpo_playground.child_process import job_env
 from grpo_playground.cli.args import ExportArgs
-from grpo_playground.jobs.background import start_detached
+from grpo_playground.contracts.process import log_tail
 from grpo_playground.jobs.control import check_owner
-from grpo_playground.contracts.process import is_alive, log_tail
+from grpo_playground.jobs.record import job_running, start_job, step
 from grpo_playground.jobs.runs import load_run, reconcile
 from grpo_playground.run_layout import (
     ACTIVE_STATES,
     EXPORT_JOB,
-    GGUF_TYPES,
     EXPORT_LOG,
     EXPORT_RESULT,
+    GGUF_TYPES,
     TRAINED_STAGES,
     export_dir,
     latest_stage,
@@ -60,11 +60,8 @@ def start_export(run_id: str, gguf: list[str] | tuple[str, ...] = ("q4_k_m",), t
     with open(info.path / EXPORT_LOG, "ab") as log:
         log.write(f"\n{MARKER} {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(command[1:])}\n".encode())
         log.flush()
-        started = time.time()
-        process = start_detached(command, log, job_env())
-    write_json_atomic(info.path / EXPORT_JOB, {
-        **process, "command": command, "started": started,
-        "result": str(export_dir(info.path, stage) / EXPORT_RESULT)})
+        start_job(info.path / EXPORT_JOB, "export", [step("export", command)], log, job_env(),
+                  result=export_dir(info.path, stage) / EXPORT_RESULT)
     return export_state(info.path)
 
 
@@ -77,9 +74,9 @@ def export_state(run_dir: Path) -> dict:
     if not job:
         return state  # the common case on every UI tick: no file read beyond this one
     state["log"] = _last_attempt(run_dir / EXPORT_LOG)[-4000:]
-    if is_alive(job.get("pid"), job.get("start_ticks")):
+    if job_running(job):
         return {**state, "state": "running"}
-    result = read_json(Path(job.get("result", "")))
+    result = read_json(Path(job.get("result") or ""))
     if result.get("started", 0) < job.get("started", 0):  # an earlier attempt's file: this one wrote none
         result = {}
     if result.get("state") == "finished":

@@ -1,6 +1,6 @@
 """Supervises one training job: waits its turn, runs the command, cleans up, records how it ended.
 
-    python -m grpo_playground.jobs.launcher --run-dir runs/ID [--grace 300] -- python -m pipelines.train ...
+    python -m grpo_playground.jobs.launcher --run-dir runs/ID [--grace 300] -- python -m grpo_playground.cli.train ...
 
 Started by `grpo_playground.jobs.start_run` in a new session, so its pid is the process-group id of the
 whole job, with stdout/stderr already appended to the run's log.txt. Pure Python, no torch.

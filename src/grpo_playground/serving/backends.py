@@ -248,19 +248,14 @@ def llamacpp_server(model: str | Path, lora: str | Path | None = None, **kwargs)
 def vllm_server(base: str, loras: dict[str, str | Path], log_file: Path | None = None,
                 gpu_memory_utilization: float = 0.7, **kwargs) -> ManagedServer:
     """A vLLM chat server (not started) for `base` + `loras`; log_file keeps its whole log (default: a temp file).
-    It reports ready only after client.warm_up has sent each adapter a request (Triton compiles vLLM's LoRA and
-    sampling kernels on first use: a cold adapter streamed 13 tok/s on the H200)."""
-    from grpo_playground.serving.client import warm_up
-
+    The pool gives it its warm-up (client.warm_up) before starting it."""
     reason = vllm_unavailable_reason()
     if reason:
         raise BackendUnavailable(reason)
     port = free_port()
-    names = ["base", *loras]
     server = ManagedServer(VLLM, [], port, "/health", startup_timeout_s=900.0, env=vllm_env(),
                            keep_secrets=("HF_TOKEN",),  # a gated or private base may still need downloading
-                           stages=VLLM_STAGES, warm_up=lambda s: warm_up(s.base_url, names, CHAT_MAX_SEQS),
-                           **({"log_file": Path(log_file)} if log_file else {}))
+                           stages=VLLM_STAGES, **({"log_file": Path(log_file)} if log_file else {}))
     first_adapter = next(iter(loras.values()), None)
     template = run_chat_template(first_adapter, server.log_file.with_suffix(".jinja")) if first_adapter else None
     kwargs.setdefault("max_model_len", chat_max_model_len(base_config(base)))

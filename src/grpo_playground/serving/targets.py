@@ -5,13 +5,16 @@ llama.cpp, and run LoRA folders (+ registry base models) for vLLM. Found by scan
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from grpo_playground.run_layout import ADAPTER_CONFIG, LORA_GGUF_SUFFIX, base_gguf_of, exports_dir, runs_dir
+from grpo_playground.run_layout import ADAPTER_CONFIG, EXPORT_DIR, LORA_GGUF_SUFFIX, base_gguf_of, exports_dir, runs_dir
 from grpo_playground.serving.backends import LLAMA_CPP, VLLM
 
 MAX_FILES = 500  # a bound on the scan, so a huge folder cannot stall the UI
+CONVERTED_KEY = re.compile(r"-[0-9a-f]{12}$")  # models.loading's converted folders: NAME-<12 hex digits>
+RUN_ID_PARTS = re.compile(r"^\d{4}(\d{2})(\d{2})-(\d{2})(\d{2})\d{2}-(.+)-[0-9a-f]{4}$")  # run_layout.new_run_id's
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,7 @@ class ChatTarget:
 
 def _registry_targets() -> list[ChatTarget]:
     from grpo_playground.models import MODELS, gguf_path
+    from grpo_playground.models.registry import hub_cached, hub_offline
 
     found = []
     for name, spec in MODELS.items():
@@ -38,22 +42,47 @@ def _registry_targets() -> list[ChatTarget]:
             except FileNotFoundError:
                 continue  # its package is not installed: nothing to offer
         if spec.source in ("hub", "local") and "vllm" in spec.supports:
+            if spec.source == "hub" and hub_offline() and not hub_cached(spec.location):
+                continue  # an offline Space cannot download it: listing it would only fail at Send
             found.append(ChatTarget(VLLM, spec.location, None, f"vLLM · {name}"))
     return found
 
 
-def _gguf_targets(folder: Path, root: Path) -> list[ChatTarget]:
+def run_name(run_id: str) -> tuple[str, str]:
+    """A run as a person names it, and when it was made: ("quick", "12-01 09:30") for 20261201-093012-quick-ab12
+    (run_layout.new_run_id's form); (the id, "") otherwise."""
+    parts = RUN_ID_PARTS.match(run_id)
+    return (parts[5], f"{parts[1]}-{parts[2]} {parts[3]}:{parts[4]}") if parts else (run_id, "")
+
+
+def _label(backend: str, *words: str, date: str = "") -> str:
+    """`BACKEND · RUN · STAGE · QUANT (DATE)`: the quantization before the date, where a narrow dropdown shows it."""
+    return " · ".join([backend, *(w for w in words if w)]) + (f" ({date})" if date else "")
+
+
+def _gguf_label(path: Path, folder: Path, in_runs: bool) -> str:
+    """runs/RUN/export/STAGE/NAME.QUANT.gguf -> llama.cpp · RUN · STAGE · QUANT (DATE); any other file ->
+    llama.cpp · NAME · QUANT."""
+    stem, _, quant = path.name.removesuffix(".gguf").partition(".")
+    quant = {"lora": "f16 + GGUF LoRA"}.get(quant, quant)
+    parts = path.relative_to(folder).parts
+    if in_runs and len(parts) == 4 and parts[1] == EXPORT_DIR:
+        name, date = run_name(parts[0])
+        return _label(LLAMA_CPP, name, parts[2], quant, date=date)
+    return _label(LLAMA_CPP, stem, quant)
+
+
+def _gguf_targets(folder: Path, in_runs: bool) -> list[ChatTarget]:
     found = []
     for i, path in enumerate(sorted(folder.rglob("*.gguf"))):
         if i >= MAX_FILES:
             break
-        name = str(path.relative_to(root))
         if path.name.endswith(LORA_GGUF_SUFFIX):
             base = path.with_name(base_gguf_of(path.name))
             if base.is_file():
-                found.append(ChatTarget(LLAMA_CPP, str(base), str(path), f"llama.cpp · {name} (base f16 + GGUF LoRA)"))
+                found.append(ChatTarget(LLAMA_CPP, str(base), str(path), _gguf_label(path, folder, in_runs)))
             continue
-        found.append(ChatTarget(LLAMA_CPP, str(path), None, f"llama.cpp · {name}"))
+        found.append(ChatTarget(LLAMA_CPP, str(path), None, _gguf_label(path, folder, in_runs)))
     return found
 
 
@@ -65,8 +94,10 @@ def _adapter_targets(runs: Path) -> list[ChatTarget]:
         except (OSError, ValueError):
             continue  # a half-written adapter: skip until the stage finishes
         if base:
+            name, date = run_name(config.parent.parent.name)
+            base_name = CONVERTED_KEY.sub("", Path(base).name)  # a GGUF model's cache folder: its name, not its key
             found.append(ChatTarget(VLLM, base, str(config.parent),
-                                    f"vLLM · {config.parent.parent.name}/{config.parent.name} (LoRA on {Path(base).name})"))
+                                    _label("vLLM", name, config.parent.name, f"LoRA on {base_name}", date=date)))
     return found
 
 
@@ -75,9 +106,12 @@ def discover_targets() -> list[ChatTarget]:
     runs, exports = runs_dir(), exports_dir()
     targets = _registry_targets()
     if exports.is_dir():
-        targets += _gguf_targets(exports, exports.parent)
-    targets += _gguf_targets(runs, runs.parent) + _adapter_targets(runs)
-    unique = {}
+        targets += _gguf_targets(exports, in_runs=False)
+    targets += _gguf_targets(runs, in_runs=True) + _adapter_targets(runs)
+    unique: dict[str, ChatTarget] = {}
     for target in sorted(targets, key=lambda t: (t.backend != LLAMA_CPP, t.label)):
         unique.setdefault(target.key, target)
-    return list(unique.values())
+    labels = [t.label for t in unique.values()]
+    # two files that read alike (same name in two folders): the path tells them apart
+    return [replace(t, label=f"{t.label} [{t.lora or t.model}]") if labels.count(t.label) > 1 else t
+            for t in unique.values()]

@@ -53,9 +53,10 @@ def vllm_rollouts(cfg: RunConfig) -> bool:
 
     Decided once for the whole run, because it also decides the tags: vLLM's copy of the base model has no
     embedding rows for added tokens, so a run with vLLM rollouts keeps the format tags as ordinary text (SFT
-    still teaches them; the pre-flight shows how they tokenize).
+    still teaches them; the pre-flight shows how they tokenize). It does not look at grpo.enabled: an SFT-only run
+    (the comparison's sft-W, `--stage sft` first) must keep the tags its later GRPO stage can sample with.
     """
-    if not cfg.grpo.enabled or not cfg.grpo.use_vllm or importlib.util.find_spec("vllm") is None or not cuda_available():
+    if not cfg.grpo.use_vllm or importlib.util.find_spec("vllm") is None or not cuda_available():
         return False
     return choose_backend(cfg) == "trl" or cfg.model.fast_inference
 

@@ -46,8 +46,8 @@ def _common_args(cfg: RunConfig, stage_cfg, folder: RunFolder, stage: str, polic
     bf16 = policy.device == "cuda" and str(next(policy.model.parameters()).dtype) == "torch.bfloat16"
     return dict(
         output_dir=str(folder.checkpoints(stage)), learning_rate=stage_cfg.learning_rate,
-        warmup_steps=stage_cfg.warmup_steps, lr_scheduler_type=stage_cfg.lr_scheduler, optim=optim,
-        weight_decay=stage_cfg.weight_decay, gradient_accumulation_steps=stage_cfg.grad_accum,
+        warmup_steps=stage_cfg.warmup_steps, lr_scheduler_type=stage_cfg.lr_scheduler_type, optim=optim,
+        weight_decay=stage_cfg.weight_decay, gradient_accumulation_steps=stage_cfg.gradient_accumulation_steps,
         logging_steps=stage_cfg.logging_steps, save_steps=stage_cfg.save_steps, save_total_limit=2,
         report_to="none", seed=cfg.lora.seed, bf16=bf16, use_cpu=policy.device == "cpu",
         dataloader_num_workers=0, disable_tqdm=True, logging_first_step=True,
@@ -98,7 +98,7 @@ def run_sft(cfg: RunConfig, folder: RunFolder, policy: Policy, tracker, history:
     dataset = training_rows(cfg, policy.tokenizer, "sft", folder)
     s = cfg.sft
     args = SFTConfig(
-        **_common_args(cfg, s, folder, "sft", policy), num_train_epochs=s.epochs, max_steps=s.max_steps,
+        **_common_args(cfg, s, folder, "sft", policy), num_train_epochs=s.num_train_epochs, max_steps=s.max_steps,
         per_device_train_batch_size=s.per_device_batch_size, max_length=s.max_length, completion_only_loss=True,
         loss_type=sft_loss_type(policy.model),
     )

@@ -22,6 +22,8 @@ import time
 
 import gradio as gr
 
+from grpo_playground.data.answers import normalize_number
+from grpo_playground.eval.metrics import grade_completion
 from grpo_playground.gpu_share import GpuBusy
 from grpo_playground.jobs.control import check_owner, owner_token_required
 from grpo_playground.rewards import DEFAULT_WEIGHTS, REWARDS, RewardInputError, score_group
@@ -51,7 +53,7 @@ MAX_TOKENS_LIMIT = 8192
 UPDATE_EVERY_S = 0.1  # stream to the browser in small batches, not one event per token
 MAX_REPLY_S = 600  # a reply stops streaming after this long, however many tokens were asked for
 PROGRESS_EVERY_S = 1.0  # how often a pane waiting for its server to start redraws its elapsed time
-STARTING_MARK = "⏳"  # opens a pane's text while its server starts (replaced by the reply)
+STARTING_MARK = "⚙"  # opens a pane's text while its server starts (replaced by the reply)
 CHAT_DEFAULT_ENV = "GRPO_PLAYGROUND_CHAT_DEFAULT"  # the checkpoint a visitor may start (owner's choice)
 NONE_CHOICE = ("(none)", "")
 DEFAULT_SYSTEM = system_prompt(DEFAULT_TAGS)  # the box's text: a checkpoint of a run gets its run's prompt instead
@@ -100,6 +102,12 @@ def for_display(reply: str, tags: Tags = DEFAULT_TAGS) -> str:
     return reply
 
 
+def pane_title(key: str | None, slot: int) -> str:
+    """A pane is titled by the checkpoint it talks to."""
+    target = {t.key: t for t in discover_targets()}.get(key) if key else None
+    return target.label if target else f"Checkpoint {slot + 1}: pick one above"
+
+
 def fold_tags(key: str | None) -> list[tuple[str, str]]:
     """The (start, end) pair a slot's chatbot folds: the picked checkpoint's own reasoning tags."""
     target = {t.key: t for t in discover_targets()}.get(key) if key else None
@@ -107,17 +115,22 @@ def fold_tags(key: str | None) -> list[tuple[str, str]]:
     return [(tags.reasoning_start, tags.reasoning_end)]
 
 
-def check_request(message: str, gold: str, keys: list[str], system: str, max_tokens: float) -> None:
+def nothing_to_send(message: str, keys: list[str]) -> str | None:
+    """Why a question cannot go out yet (said once, under the panes, not as an error on each pane), or None."""
     if not message or not message.strip():
-        raise gr.Error("Type a question first.")
+        return "Type a question first, then press Enter or Send."
+    if not any(keys):
+        return "Pick at least one checkpoint (a GGUF file for llama.cpp, or a LoRA run for vLLM)."
+    return None
+
+
+def check_request(message: str, gold: str, keys: list[str], system: str, max_tokens: float) -> None:
     if len(message) > MAX_INPUT_CHARS:
         raise gr.Error(f"The question is {len(message)} characters long: keep it under {MAX_INPUT_CHARS}.")
     if len(gold or "") > MAX_GOLD_CHARS:
         raise gr.Error(f"The gold answer is {len(gold)} characters long: give just the final answer (under {MAX_GOLD_CHARS}).")
     if len(system or "") > MAX_SYSTEM_CHARS:
         raise gr.Error(f"The system prompt is {len(system)} characters long: keep it under {MAX_SYSTEM_CHARS}.")
-    if not any(keys):
-        raise gr.Error("Pick at least one checkpoint (a GGUF file for llama.cpp, or a LoRA run for vLLM).")
     if not 1 <= int(max_tokens) <= MAX_TOKENS_LIMIT:
         raise gr.Error(f"Max tokens must be between 1 and {MAX_TOKENS_LIMIT}.")
 
@@ -127,7 +140,7 @@ def score_table(labels: list[str], replies: list[str | None], gold: str, rewards
     """Markdown: per checkpoint, what the SOLUTION tags hold and, given the gold answer, each chosen reward, with
     each checkpoint's own tags and reward weights (`settings`, one per label; default: the defaults)."""
     names = list(rewards or [])
-    head = ["checkpoint", "SOLUTION content"] + (names + ["total"] if gold and names else [])
+    head = ["checkpoint", "SOLUTION content"] + (["answer"] if gold else []) + (names + ["total"] if gold and names else [])
     rows = []
     for label, reply, (tags, run_weights) in zip(labels, replies, settings or [(DEFAULT_TAGS, DEFAULT_WEIGHTS)] * len(labels)):
         if reply is None:
@@ -136,6 +149,8 @@ def score_table(labels: list[str], replies: list[str | None], gold: str, rewards
         strict, number, _, _ = explain_extraction(reply, tags)
         solution = strict if strict is not None else (f"(no strict match; first number: {number})" if number else "(none)")
         row = [label, solution.replace("|", "\\|").replace("\n", " ")[:200]]
+        if gold:  # plain words, as the Evaluate tab counts it: in format and equal to the gold
+            row.append("✓ right" if grade_completion(reply, normalize_number(gold) or gold, tags).correct else "✗ wrong")
         if gold and weights:
             try:
                 scored = score_group([reply], gold, weights, tags, scale="none").completions[0]
@@ -177,6 +192,25 @@ def owner_default(targets: dict) -> str | None:
     return next((k for k, t in targets.items() if wanted and wanted in (k, t.label, t.model)), None)
 
 
+def prestart_default() -> threading.Thread | None:
+    """Start the owner's default checkpoint's server in the background as the app starts, so that on a restarted
+    Space it is up (its compile cache is on the data root) before the first question; None without a default."""
+    runnable = {t.key: t for t in runnable_targets()}
+    key = owner_default(runnable)
+    if key is None:
+        return None
+    thread = threading.Thread(target=_prestart, args=(runnable[key],), daemon=True, name="chat-prestart")
+    thread.start()
+    return thread
+
+
+def _prestart(target) -> None:
+    try:
+        POOL.server_for(target)
+    except (BackendUnavailable, ServerFailed, GpuBusy, ChatError, FileNotFoundError, ValueError) as error:
+        print(f"[chat] the default checkpoint {target.label} did not start: {error}", flush=True)
+
+
 def is_owner(token: str | None) -> bool:
     try:
         check_owner(token, "loading a model")
@@ -214,13 +248,17 @@ def chat(message: str, gold: str, model_1: str, model_2: str, model_3: str, temp
     """Send one question to every chosen checkpoint; yields (chatbot 1..3, scores, notes, state) as replies stream.
     `token`: the owner token, which lets this request start servers (visitors: see the module's docstring)."""
     keys = [model_1, model_2, model_3]
+    state = state or new_state()
+    missing = nothing_to_send(message, keys)
+    if missing:
+        yield (*[list(d) for d in state["display"]], "", missing, state)
+        return
     check_request(message, gold, keys, system, max_tokens)
     known = {t.key: t for t in discover_targets()}
     unknown = [k for k in keys if k and k not in known]
     if unknown:
         raise gr.Error(f"Unknown checkpoint {unknown[0]!r}: press 'Refresh list' and pick one from the list.")
     owner, default = is_owner(token), owner_default(known)
-    state = state or new_state()
     trained = [checkpoint_settings(known[k]) if k else (DEFAULT_TAGS, dict(DEFAULT_WEIGHTS)) for k in keys]
     settings = {"temperature": float(temperature), "top_p": float(top_p), "max_tokens": int(max_tokens)}
     gold = (gold or "").strip()
@@ -300,7 +338,9 @@ def restart_backends(model_1: str, model_2: str, model_3: str, token: str = "") 
 
 def create_chat_tab() -> dict:
     choices = target_choices()
-    default = choices[1][1] if len(choices) > 1 else ""
+    # the owner's default first (its server starts with the app), else the first entry
+    default = owner_default({t.key: t for t in runnable_targets()}) or (choices[1][1] if len(choices) > 1 else "")
+    prestart_default()
     gr.Markdown(
         "Ask the same question to up to three checkpoints (e.g. base, SFT, GRPO). GGUF files chat through "
         "llama.cpp (export a run with `python -m pipelines.export --run RUN_DIR --gguf q4_k_m`); LoRA runs "
@@ -312,10 +352,13 @@ def create_chat_tab() -> dict:
             with gr.Column():
                 pickers.append(gr.Dropdown(choices, value=default if slot == 0 else "", label=f"Checkpoint {slot + 1}",
                                            allow_custom_value=True, elem_id=f"chat-model-{slot + 1}"))
-                chatbots.append(gr.Chatbot(label=f"Checkpoint {slot + 1}", height=420, elem_id=f"chat-bot-{slot + 1}",
+                chatbots.append(gr.Chatbot(label=pane_title(default if slot == 0 else "", slot), height=420,
+                                           elem_id=f"chat-bot-{slot + 1}",
                                            reasoning_tags=fold_tags(None)))
     with gr.Row():
-        question = gr.Textbox(label="Question", lines=2, max_length=MAX_INPUT_CHARS, scale=4, elem_id="chat-question")
+        # one line grows to six: Enter sends (a multi-line box would take Enter as a new line)
+        question = gr.Textbox(label="Question", lines=1, max_lines=6, max_length=MAX_INPUT_CHARS, scale=4,
+                              placeholder="Ask, then press Enter", elem_id="chat-question")
         gold = gr.Textbox(label="Gold answer (optional, scores the replies)", max_length=MAX_GOLD_CHARS, scale=1,
                           elem_id="chat-gold")
     with gr.Row():
@@ -351,7 +394,8 @@ def create_chat_tab() -> dict:
     refresh.click(lambda: [gr.Dropdown(choices=target_choices()) for _ in range(SLOTS)] + [backends_status()],
                   None, [*pickers, status], api_name=False)
     restart.click(restart_backends, [*pickers, owner_token], status, api_name=False)
-    for picker, chatbot in zip(pickers, chatbots):  # a run trained with <think> tags folds at <think>
-        picker.change(lambda key: gr.Chatbot(reasoning_tags=fold_tags(key)), picker, chatbot, api_name=False)
+    for slot, (picker, chatbot) in enumerate(zip(pickers, chatbots)):  # titled by its checkpoint, folding its tags
+        picker.change(lambda key, slot=slot: gr.Chatbot(reasoning_tags=fold_tags(key), label=pane_title(key, slot)),
+                      picker, chatbot, api_name=False)
     return {"pickers": pickers, "chatbots": chatbots, "question": question, "gold": gold, "send": send,
             "scores": scores, "notes": notes, "status": status, "state": state}

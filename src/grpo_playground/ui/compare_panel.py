@@ -25,8 +25,8 @@ from grpo_playground.jobs import check_owner, list_runs, owner_token_required, r
 from grpo_playground.jobs.comparisons import (ComparisonPlan, comparison_state, list_comparisons, start_comparison,
                                               stop_comparison)
 from grpo_playground.run_layout import RECIPE_FILE
+from grpo_playground.contracts.shipped import RECIPES_DIR, shipped_recipes
 from grpo_playground.step_timing import clock
-from grpo_playground.ui.training_form import RECIPES_DIR, shipped_recipes
 
 POLL_S = 3.0
 START_ACTION = "starting or stopping a comparison"

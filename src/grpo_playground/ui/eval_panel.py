@@ -50,7 +50,8 @@ def job_status(state: dict) -> str:
     marks = {"done": "done", "failed": "FAILED (see the log)", "running": "running...", "pending": "waiting",
              "stopped": "stopped"}
     head = {"running": "**Evaluating** (a background job: closing the browser does not stop it)",
-            "finished": "**Last evaluation finished**", "stopped": "**Last evaluation was stopped**"}[state["state"]]
+            "finished": "**Last evaluation finished**", "stopped": "**Last evaluation was stopped**",
+            "failed": "**Last evaluation failed** (its process died: see the log)"}[state["state"]]
     return head + "  \n" + "  \n".join(f"{item['label']}: {marks[item['state']]}" for item in state["items"])
 
 

@@ -16,20 +16,15 @@ import gradio as gr
 from grpo_playground import jobs
 from grpo_playground.cli.args import TrainArgs
 from grpo_playground.config import ConfigError, RunConfig, config_from_dict, config_to_dict, dump_recipe, load_recipe
-from grpo_playground.jobs.control import ROOT
+from grpo_playground.contracts.shipped import RECIPES_DIR, shipped_recipes
 from grpo_playground.ui.config_form import FormField, build_form, config_from_values, form_problems, values_from_config
 from grpo_playground.ui.training_api import USER_ERRORS, user_error
 
-RECIPES_DIR = ROOT / "recipes"
 DEFAULT_RECIPE = "quick"  # the whole story (SFT, pre-flight, GRPO) in minutes on 2 CPU cores
 INTRO = ("Edit a recipe, start it as a background job, and watch SFT teach the format and GRPO teach correctness "
          "in **2. Live run**. Jobs keep running when you close the browser; come back any time. **New here?** "
          "Press **Start**: the `quick` recipe plays the whole story (SFT, pre-flight, GRPO, a sample group) in "
          "about 4 minutes on 2 CPU cores.")
-
-
-def shipped_recipes() -> list[str]:
-    return sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
 
 
 def initial_config() -> RunConfig:

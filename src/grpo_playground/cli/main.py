@@ -1,0 +1,36 @@
+"""`grpo-playground COMMAND [ARGS]`: the installed console script; each command is one module of this package.
+
+    grpo-playground train --config quick          # a shipped recipe's name or a recipe file
+    grpo-playground eval --model tiny --n 20
+    grpo-playground export --run runs/RUN_ID --gguf q4_k_m
+    grpo-playground data --source generator:train --n 5
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS = {"train": "train a run from a recipe (SFT then GRPO)", "eval": "evaluate a model on a data source",
+            "export": "export a run or a model to GGUF", "data": "load a data source and show a sample"}
+
+
+def usage() -> str:
+    listing = "\n".join(f"  {name:<7} {what}" for name, what in COMMANDS.items())
+    return f"usage: grpo-playground COMMAND [ARGS] (COMMAND --help for its arguments)\n\ncommands:\n{listing}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] in (["-h"], ["--help"]):
+        print(usage())
+        return 0
+    if not argv or argv[0] not in COMMANDS:
+        unknown = f"\n\nerror: unknown command {argv[0]!r}: use one of {', '.join(COMMANDS)}" if argv else ""
+        print(usage() + unknown, file=sys.stderr)
+        return 2
+    return importlib.import_module(f"grpo_playground.cli.{argv[0]}").main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""The job record: one schema for the app's background jobs (evaluation, export, comparison), and the one way to
+start one, read its state and stop it.
+
+A record is a JSON file (written atomically, by the supervisor once it runs):
+    {"kind": eval|export|compare, "steps": [{"label", "argv", "timeout_s", "state", "reason"}], "log": path,
+     "slot": path of the training slot's lock or null, "result": path of the job's result file or null,
+     "pid" and "start_ticks" (the supervisor: the job's process group), "state" (JobState), "reason",
+     "started", "ended", "meta": what the job's kind keeps beside (the plan, the checkpoints...)}
+Step states: StepState. A record whose supervisor is gone but whose state is still active reads as failed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import BinaryIO
+
+from grpo_playground.child_process import CHECKOUT
+from grpo_playground.contracts.process import (
+    group_members,
+    is_alive,
+    kill_group,
+    log_tail,
+    read_json,
+    write_json_atomic,
+)
+from grpo_playground.contracts.states import ACTIVE_STATES, JobState, StepState
+
+START_TIMEOUT_S = 20.0  # the supervisor writes its pid within this (a Python start and two small imports)
+
+
+def step(label: str, argv: list[str], timeout_s: float | None = None) -> dict:
+    return {"label": label, "argv": list(argv), "timeout_s": timeout_s, "state": StepState.PENDING, "reason": ""}
+
+
+def read_record(path: Path) -> dict:
+    return read_json(path)
+
+
+def write_record(path: Path, record: dict) -> None:
+    write_json_atomic(path, record)
+
+
+def start_job(path: Path, kind: str, steps: list[dict], log: BinaryIO, env: dict[str, str], *,
+              slot: Path | None = None, result: Path | None = None, meta: dict | None = None) -> dict:
+    """Write the record and start its supervisor (output to the open `log`); returns the record once the
+    supervisor has written its pid into it."""
+    log_path = Path(log.name)
+    write_record(path, {"kind": kind, "steps": steps, "log": str(log_path), "slot": str(slot) if slot else None,
+                        "result": str(result) if result else None, "pid": None, "start_ticks": None,
+                        "state": JobState.CREATED, "reason": "", "started": time.time(), "meta": meta or {}})
+    # its own session (so its pid is the group Stop signals), output to the log file: never a pipe
+    proc = subprocess.Popen([sys.executable, "-m", "grpo_playground.jobs.supervisor", str(path)], cwd=CHECKOUT,
+                            env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    threading.Thread(target=proc.wait, daemon=True).start()  # collect its exit status: no zombie
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline and proc.returncode is None:  # set by the thread that waits for it
+        record = read_record(path)
+        if record.get("pid") == proc.pid:
+            return record
+        time.sleep(0.05)
+    raise RuntimeError(f"the {kind} job's supervisor did not start: {log_tail(log_path, 2000)}")
+
+
+def job_state(record: dict) -> str:
+    """The record's state, "failed" when it says active but its supervisor is gone (killed, a reboot)."""
+    state = record.get("state")
+    if state in ACTIVE_STATES and not is_alive(record.get("pid"), record.get("start_ticks")):
+        return JobState.FAILED.value
+    return str(state) if state else "none"
+
+
+def job_running(record: dict) -> bool:
+    return bool(record) and job_state(record) in ACTIVE_STATES
+
+
+def stop_job(path: Path) -> int | None:
+    """SIGTERM the job's process group (the supervisor records the stop); its pid, or None when not running. A
+    group whose supervisor was killed on its own is SIGKILLed: nothing is left to record or save."""
+    record = read_record(path)
+    if not job_running(record):
+        if record.get("pid") and group_members(record["pid"]):
+            kill_group(record["pid"])
+            return record["pid"]
+        return None
+    try:
+        os.killpg(record["pid"], signal.SIGTERM)
+    except ProcessLookupError:
+        return None
+    return record["pid"]
