@@ -26,7 +26,6 @@ ORDER = ["data", "sft_w", "sft_w+grpo_a", "sft_w+more_sft_w", "sft_w+fresh_sft",
 
 
 def test_a_running_comparison_shows_its_rounds_format_rates_and_time_left(page):
-    from grpo_playground.jobs.comparisons import SLOT_MARK
     from grpo_playground.contracts.process import process_start_ticks
     from grpo_playground.run_layout import (COMPARISON_JOB, COMPARISON_LOG, COMPARISON_WORK, PROGRESS_FILE,
                                             comparisons_dir)
@@ -36,11 +35,12 @@ def test_a_running_comparison_shows_its_rounds_format_rates_and_time_left(page):
         folder = comparisons_dir() / "20991231-235959-compare-0201"
         work = folder / COMPARISON_WORK
         work.mkdir(parents=True)
-        (folder / COMPARISON_JOB).write_text(json.dumps({
-            "pid": job.pid, "start_ticks": process_start_ticks(job.pid), "started": time.time() - 250,
-            "recipe_name": "recipes/tiny-cpu.yaml", "command": "python -m pipelines.experiments.seed_regime ...",
-            "plan": {"minutes": 5, "n_worked": 400, "n_answers": 400, "n_eval": 100}}))
-        (folder / COMPARISON_LOG).write_text(f"{SLOT_MARK}\n")
+        (folder / COMPARISON_JOB).write_text(json.dumps({  # a job record (grpo_playground.jobs.record) that runs
+            "kind": "comparison", "state": "running", "pid": job.pid, "start_ticks": process_start_ticks(job.pid),
+            "started": time.time() - 250, "steps": [], "meta": {
+                "recipe_name": "recipes/tiny-cpu.yaml", "command": "python -m pipelines.experiments.seed_regime ...",
+                "plan": {"minutes": 5, "n_worked": 400, "n_answers": 400, "n_eval": 100}}}))
+        (folder / COMPARISON_LOG).write_text("[compare] got the training slot\n")
         rounds = [{"steps": 40, "seconds": 30.0, "format_rate": r} for r in (0.797, 0.594, 0.625)]
         (work / PROGRESS_FILE).write_text(json.dumps({"order": ORDER, "steps": {
             "data": {"state": "done", "time": time.time() - 240},

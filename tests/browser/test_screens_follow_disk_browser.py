@@ -75,7 +75,8 @@ def test_the_chat_tab_lists_a_gguf_exported_after_the_page_opened(page):
     (export / f"{RUN_ID}-grpo.q4_k_m.gguf").write_bytes(b"GGUF")  # listed by name; nothing loads it here
     page.get_by_role("tab", name="Chat").click()
     page.locator("#chat-model-2 input").click()
-    expect(page.get_by_role("option", name=f"{RUN_ID}-grpo.q4_k_m.gguf", exact=False)).to_be_visible()
+    # the Chat tab's labels name the run, the stage and the quantization (serving's chat_tab)
+    expect(page.get_by_role("option", name=re.compile(r"fresh · grpo · q4_k_m"))).to_be_visible()
 
 
 def test_offline_the_evaluate_tab_offers_only_models_that_load(page):
@@ -101,8 +102,9 @@ def test_the_evaluation_log_says_each_result_in_words_not_json(page):
     summary = {"model": "tiny", "data": "generator:test", "n": 100, "format_rate": 0.9, "accuracy": 0.4,
                "accuracy_se": 0.05, "lenient_accuracy": 0.41, "seconds": 12.0, "settings": {"x": 1}}
     (store.evals_dir() / EVAL_LOG).write_text("[eval] tiny\nwrote out.json\n" + json.dumps(summary) + "\n")
-    # a finished job: its pid is above the kernel's pid_max (2**22), so it is not alive
-    (store.evals_dir() / EVAL_JOB).write_text(json.dumps({"pid": 2**22 + 9, "items": [], "started": 1.0}))
+    # a finished job's record (grpo_playground.jobs.record); its pid is above the kernel's pid_max (2**22)
+    (store.evals_dir() / EVAL_JOB).write_text(json.dumps({"kind": "eval", "state": "finished", "pid": 2**22 + 9,
+                                                          "steps": [], "started": 1.0, "meta": {"items": []}}))
     page.get_by_role("tab", name="Evaluate").click()
     log = page.locator("#eval-log textarea")
     expect(log).to_have_value(re.compile(r"result: accuracy 40\.0%, format rate 90\.0% on 100 problems"))

@@ -184,7 +184,9 @@ def wire_form(part: FormPart, started: list, on_start) -> None:
     loaded_outputs = [*fields, part.message, part.cli, part.loaded_from]
     part.load.click(load_shipped, part.recipe_pick, loaded_outputs, **ui)
     part.upload.upload(load_uploaded, part.upload, loaded_outputs, **ui)
+    # always_last: an edit made while the previous check is still running is checked too (gradio's default, "once",
+    # dropped it, and the message kept describing the form before that edit)
     gr.on([c.input for c in fields] + [part.stage.change], check_form, [part.stage, part.loaded_from, *fields],
-          [part.message, part.cli], **ui)
+          [part.message, part.cli], trigger_mode="always_last", **ui)
     part.save.click(save_form, fields, [part.saved, part.cli, part.loaded_from], **ui)
     part.start.click(start_from_form, [part.stage, part.token, *fields], started, **ui)
