@@ -12,7 +12,8 @@ import ast
 import sys
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
 PACKAGE = "grpo_playground"
 # Layer -> packages it must never import: the UI and the UI-side job control run in the app process, which never
 # imports the training stack; nothing imports up into the UI.
@@ -23,16 +24,32 @@ FORBIDDEN = {
     "*": ("ui",),
 }
 CHECKOUT_ONLY = ("pipelines", "benchmarks")  # not in the wheel: the installed package must never import them
+# The app process (ui/, jobs/) may import eval/, export/ and serving/ only through these entry points; the rest are
+# the child processes' internals (runner, engines, converters), loaded by the CLIs that jobs start.
+APP_ENTRY_POINTS = {
+    f"{PACKAGE}.serving": "the chat servers: the app process owns the server pool",
+    f"{PACKAGE}.eval.results": "what a finished eval wrote, and the eval job's arguments",
+    f"{PACKAGE}.eval.metrics": "eval's grading (pure Python), so a chat reply is graded as eval grades it",
+    # export/: none. The app starts it as a child only, through cli.args.ExportArgs.
+}
+CHILD_SIDE = ("eval", "export", "serving")
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(SRC).with_suffix("").parts
+    parts = path.relative_to(SRC if path.is_relative_to(SRC) else ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def source_files() -> dict[str, Path]:
+    """module -> file, for the package and the checkout's pipelines/ and benchmarks/."""
+    roots = [SRC / PACKAGE] + [ROOT / name for name in CHECKOUT_ONLY]
+    return {module_name(p): p for root in roots for p in root.rglob("*.py")}
+
+
 def import_graph() -> dict[str, set[str]]:
-    """module -> the package's modules it imports (`from pkg import sub` counts as pkg.sub when sub is a module)."""
-    files = {module_name(p): p for p in (SRC / PACKAGE).rglob("*.py")}
+    """module -> the modules (of the package, pipelines/, benchmarks/) it imports (`from pkg import sub` counts as
+    pkg.sub when sub is a module)."""
+    files = source_files()
     graph = {}
     for name, path in files.items():
         is_package = path.name == "__init__.py"
@@ -92,8 +109,25 @@ def absolute_imports(path: Path) -> list[str]:
 
 
 def layer(module: str) -> str:
+    """ui, jobs, eval... for the package's modules; pipelines or benchmarks for the checkout's."""
     parts = module.split(".")
+    if parts[0] != PACKAGE:
+        return parts[0]
     return parts[1] if len(parts) > 1 else ""
+
+
+def loaded_with(graph: dict[str, set[str]], starts) -> set[str]:
+    """Every module importing `starts` can load: imports (lazy ones too) and each module's parent packages, whose
+    __init__ Python runs first."""
+    seen, todo = set(), list(starts)
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        parts = module.split(".")
+        todo += [*graph[module], *(p for i in range(1, len(parts)) if (p := ".".join(parts[:i])) in graph)]
+    return seen
 
 
 def test_the_import_graph_has_no_circle():
@@ -113,6 +147,28 @@ def test_no_layer_imports_what_it_must_not():
                         f"nothing imports up into ui/): {sorted(arrows)}")
 
 
+def test_the_app_imports_eval_export_and_serving_only_through_their_entry_points():
+    graph = import_graph()
+    app = [m for m in graph if layer(m) in ("ui", "jobs")]
+    direct = sorted(f"{m} -> {t}" for m in app for t in graph[m]
+                    if layer(t) in CHILD_SIDE and t not in APP_ENTRY_POINTS)
+    assert not direct, (f"ui/ and jobs/ import eval/, export/, serving/ only through {sorted(APP_ENTRY_POINTS)}: "
+                        f"import the name from one of them (add it there if it belongs to the app): {direct}")
+    # An entry point's package __init__ runs first: it must not pull the internals back in (eval/__init__ once
+    # re-exported the runner, so the app loaded the eval engines).
+    reached = sorted(m for m in loaded_with(graph, app) if layer(m) in ("eval", "export")
+                     and m not in APP_ENTRY_POINTS and m != f"{PACKAGE}.eval")
+    assert not reached, f"the app process can load eval/export internals (through package __inits__?): {reached}"
+
+
+def test_the_graph_covers_pipelines_and_benchmarks():
+    """So the circle and forbidden-arrow tests above (nothing imports ui/) hold for the checkout's tools too."""
+    graph = import_graph()
+    tools = sorted(m for m in graph if layer(m) in CHECKOUT_ONLY)
+    assert "pipelines.experiments.seed_regime" in tools and "benchmarks.gpu_grpo" in tools, "the tools are unread"
+    assert graph["pipelines.check_tiny_sft"], "imports of pipelines/ are unread"
+
+
 def test_the_package_imports_nothing_that_only_a_checkout_has():
     found = [f"{path.relative_to(SRC)}: {name}" for path in (SRC / PACKAGE).rglob("*.py")
              for name in absolute_imports(path) if name.split(".")[0] in CHECKOUT_ONLY]
@@ -120,6 +176,9 @@ def test_the_package_imports_nothing_that_only_a_checkout_has():
 
 
 def test_the_contracts_layer_imports_only_itself_and_the_standard_library():
+    above = sorted(f"{m} -> {t}" for m, ts in import_graph().items() if layer(m) == "contracts"
+                   for t in ts if layer(t) != "contracts")
+    assert not above, f"contracts/ imports nothing above it (relative imports included): {above}"
     found = [f"{path.name}: {name}" for path in (SRC / PACKAGE / "contracts").rglob("*.py")
              for name in absolute_imports(path)
              if name.split(".")[0] not in sys.stdlib_module_names and not name.startswith(f"{PACKAGE}.contracts")]
@@ -132,3 +191,5 @@ def test_the_checker_sees_a_circle_and_a_forbidden_arrow():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
     graph = import_graph()
     assert "grpo_playground.ui.app" in graph and graph["grpo_playground.ui.app"], "the parser found no imports"
+    assert loaded_with({"a.b.c": {"d"}, "a": set(), "a.b": {"e"}, "d": set(), "e": set()}, ["a.b.c"]) == {
+        "a.b.c", "a", "a.b", "d", "e"}, "a package's __init__ and its imports load with its submodule"

@@ -222,7 +222,7 @@ def test_chat_labels_name_the_run_stage_and_quantization_up_front(tmp_path, monk
 def test_llamacpp_eval_backend_gives_the_same_completions_as_transformers(tmp_path):
     from test_export import overfit_model
 
-    from grpo_playground.eval import evaluate
+    from grpo_playground.eval.runner import evaluate
     from grpo_playground.export import export_run
 
     model_dir = overfit_model("qwen3", tmp_path / "model")

@@ -1,4 +1,4 @@
-"""The UI process never imports the heavy ML stack, and builds the demo fast.
+"""The UI process never imports the heavy ML stack nor eval/export internals, and builds the demo fast.
 
     OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/test_ui_imports.py
 
@@ -28,7 +28,8 @@ start = time.perf_counter()
 import app
 seconds = time.perf_counter() - start
 heavy = sorted(name for name in sys.modules if name.split(".")[0] in {HEAVY!r})
-print(json.dumps({{"seconds": seconds, "heavy": heavy, "demo": type(app.demo).__name__}}))
+child_side = sorted(n for n in sys.modules if n.startswith(("grpo_playground.eval.", "grpo_playground.export.")))
+print(json.dumps({{"seconds": seconds, "heavy": heavy, "child_side": child_side, "demo": type(app.demo).__name__}}))
 """
 
 
@@ -42,4 +43,7 @@ def test_import_app_builds_the_demo_without_heavy_libraries_and_fast():
     heavy_roots = sorted({name.split(".")[0] for name in report["heavy"]})
     assert not heavy_roots, (f"the UI process imported {heavy_roots} (e.g. {report['heavy'][:5]}): import them "
                              "inside the functions that need them, in the child process")
+    # tests/test_import_graph.py's entry points: the eval runner and the export pipeline load in their CLIs only
+    assert set(report["child_side"]) <= {"grpo_playground.eval.results", "grpo_playground.eval.metrics"}, (
+        f"the UI process loaded eval/export internals {report['child_side']}: import them from their entry points")
     assert report["seconds"] < MAX_BUILD_SECONDS, f"building the demo took {report['seconds']:.1f} s"

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    from grpo_playground.eval import evaluate_each
+    from grpo_playground.eval.runner import evaluate_each
 
     try:
         results = evaluate_each(
@@ -56,7 +56,7 @@ def _write(out: Path, result: dict) -> None:
 
 def _report(result: dict) -> None:
     """A sample and the rates on stderr; the summary as one JSON line on stdout."""
-    from grpo_playground.eval import summary_line
+    from grpo_playground.eval.runner import summary_line
 
     sample = result["completions"][0]
     print(f"sample: {sample['problem'][:120]!r}\n  -> {sample['text'][:300]!r} (gold {sample['answer']})", file=sys.stderr)

@@ -1,15 +1,8 @@
 """Accuracy / format-rate evaluation. Torch-free at import; models load inside `evaluate` (a child process).
 
-    from grpo_playground.eval import evaluate, summary_line
-    result = evaluate("tiny", "generator:test", n=100)      # or: python -m pipelines.eval --model tiny ...
+    from grpo_playground.eval.runner import evaluate, summary_line
+    result = evaluate("tiny", "generator:test", n=100)      # or: python -m grpo_playground.cli.eval --model tiny ...
+
+This package file imports nothing: the app process imports only `eval.results` (what an eval wrote) and
+`eval.metrics` (how eval grades a reply), and importing either loads this file first, never the runner.
 """
-
-from grpo_playground.eval.backends import BACKENDS, make_backend
-from grpo_playground.eval.generation import Generation
-from grpo_playground.eval.metrics import CompletionGrade, grade_completion, summarize
-from grpo_playground.eval.runner import evaluate, evaluate_each, summary_line
-
-__all__ = [
-    "BACKENDS", "CompletionGrade", "Generation", "evaluate", "evaluate_each", "make_backend",
-    "grade_completion", "summarize", "summary_line",
-]

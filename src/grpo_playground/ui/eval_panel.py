@@ -24,7 +24,7 @@ from grpo_playground.data.spec import parse_spec
 from grpo_playground.eval import results as store
 from grpo_playground.jobs import check_owner, owner_token_required
 from grpo_playground.jobs.evals import eval_job_state, start_eval_job, stop_eval_job
-from grpo_playground.serving.backends import vllm_unavailable_reason
+from grpo_playground.serving import vllm_unavailable_reason
 from grpo_playground.ui import eval_chart
 
 MAX_N = 2000
