@@ -167,14 +167,16 @@ def test_eval_panel_runs_a_background_job_and_compares(tiny, adapter_run, monkey
     deadline = time.monotonic() + 400
     while eval_job_state()["state"] == "running" and time.monotonic() < deadline:
         time.sleep(1)
-    status, log, table, chart, shown = refresh("generator:test", None)
+    status, log, table, chart, verdict, choices, shown = refresh("generator:test", None)
     assert "tiny: done" in status and f"{adapter_run.name}/sft: done" in status, log
     assert sorted(table["checkpoint"]) == sorted(["tiny", f"{adapter_run.name}/sft"])
     assert table["accuracy %"].between(0, 100).all() and "format_rate %" in table.columns
-    assert set(chart["metric"]) == set(store.CHART_METRICS) and len(chart) == 8
+    bars = json.loads(chart["value"].plot)["data"]["values"]
+    assert len(bars) == 8 and all(0 <= bar["low"] <= bar["value"] <= bar["high"] <= 100 for bar in bars)
+    assert f"{adapter_run.name}/sft" in [label for label, _ in choices["choices"]]
     assert len(store.load_results()) == 2  # saved as files: they survive the browser and the app
     again = refresh("generator:test", shown)
-    assert all(isinstance(x, dict) and x.get("__type__") == "update" for x in again[2:4])  # nothing new: not re-sent
+    assert all(x == {"__type__": "update"} for x in again[2:6])  # nothing new: not re-sent
 
 
 def test_a_stopped_evaluation_job_ends_its_whole_chain(tiny, tmp_path, monkeypatch):

@@ -239,13 +239,16 @@ def test_export_state_is_read_back_from_export_json(tmp_path):
     assert export_state(tmp_path)["state"] == "failed"
     result_file.write_text(json.dumps({"state": "finished", "started": 50.0, "files": {"gguf_q4_k_m": str(gguf)}}))
     assert "without a result" in export_state(tmp_path)["reason"]
+    greedy = {"match": True, "max_new_tokens": 16, "cases": [{"match": True}]}
     result_file.write_text(json.dumps({"state": "finished", "started": 101.0, "errors": ["q4 answer off"],
+                                       "stage": "grpo", "checks": {"greedy_f16": greedy},
                                        "files": {"gguf_q4_k_m": str(gguf), "merged": str(gguf.parent)}}))
     state = export_state(tmp_path)
     assert (state["state"], state["files"], state["problems"]) == ("finished", [str(gguf)], ["q4 answer off"])
+    assert (state["stage"], state["checks"]) == ("grpo", {"greedy_f16": greedy})  # the panel says the checks
     result_file.write_text(json.dumps({"state": "failed", "started": 101.0, "error": "RuntimeError: quantize failed"}))
-    assert export_state(tmp_path) | {"log": ""} == {"state": "failed", "files": [], "problems": [],
-                                                    "reason": "RuntimeError: quantize failed", "log": ""}
+    assert export_state(tmp_path) | {"log": ""} == {"state": "failed", "files": [], "problems": [], "checks": {},
+                                                    "stage": None, "reason": "RuntimeError: quantize failed", "log": ""}
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         (tmp_path / EXPORT_JOB).write_text(json.dumps({"pid": sleeper.pid, "state": "running",
@@ -254,3 +257,18 @@ def test_export_state_is_read_back_from_export_json(tmp_path):
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_an_export_names_the_stage_it_cannot_export(tmp_path, monkeypatch):
+    """The tab exports either stage; a stage the run did not train is refused, naming the ones it did."""
+    from grpo_playground.jobs.exports import start_export
+
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
+    run = tmp_path / new_run_id("exp")
+    (run / "sft").mkdir(parents=True)
+    (run / "sft" / "adapter_config.json").write_text("{}")
+    write_status(run, state="finished")
+    with pytest.raises(RuntimeError, match=r"has no grpo adapter: export one of its trained stages \(sft\)"):
+        start_export(run.name, ["q4_k_m"], stage="grpo")
+    with pytest.raises(RuntimeError, match="has no ../x adapter"):
+        start_export(run.name, ["q4_k_m"], stage="../x")

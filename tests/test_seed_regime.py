@@ -84,6 +84,8 @@ def test_every_arm_trains_and_is_scored_on_the_same_prompts(tmp_path):
     progress = json.loads((tmp_path / "work" / PROGRESS_FILE).read_text())["steps"]
     assert list(progress) == list(seed_regime.STEPS) and {s["state"] for s in progress.values()} == {"done"}
     assert progress["sft_w+grpo_a"]["run_dir"] == str(tmp_path / "work" / "grpo_a")
+    # sft-W's rounds with their sampled format rates (the app shows them: the step count restarts every round)
+    assert progress["sft_w"]["rounds"] == result["sft_w"]["rounds"] and progress["sft_w"]["round"] == 1
 
 
 def test_template_split_separates_prompts_whose_template_w_taught():

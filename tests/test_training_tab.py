@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import socket
@@ -123,7 +124,9 @@ def test_charts_and_progress_from_a_metrics_stream():
     per_reward = frames["Each reward function's mean"]
     assert set(per_reward["series"]) == {"check_answer", "check_numbers"}
     assert frames["Reward (mean) and reward std"]["step"].tolist() == [5, 5, 10, 10]
-    assert set(frames["Loss"]["series"]) == {"sft loss", "grpo loss"}  # both stages, told apart
+    assert frames["Loss"]["step"].tolist() == [5]  # the stage logged last only: GRPO's steps on their own axis
+    sft_frames = dict(zip([c[0] for c in run_views.CHARTS], run_views.chart_frames(metrics, "sft")))
+    assert sft_frames["Loss"]["step"].tolist() == [10] and sft_frames["Reward (mean) and reward std"]["step"].any()
     p = run_views.progress({"stage": "grpo", "step": 10, "max_steps": 20}, metrics)
     assert p["fraction"] == 0.5 and p["eta_s"] == pytest.approx(100.0)  # 10 s per step, 10 steps to go
 
@@ -224,8 +227,15 @@ def test_readable_numbers_and_the_doctors_knob_in_view():
               "rewards": {"check_answer": [0.123456, -2.0]}}
     table = run_views.sample_table(sample)
     assert table["advantage"].tolist() == [0.707, -0.707] and table["check_answer"].tolist() == [0.123, -2.0]
-    columns = list(run_views.findings_table([]).columns)
-    assert columns.index("knob") < columns.index("message")  # a long message pushed the knob off-screen
+    findings = [{"step": 3, "rule": "length_pinned", "severity": "warning", "message": "hit <the> limit",
+                 "knob": "raise grpo.max_completion_length", "stage": "grpo"},
+                {"step": 5, "rule": "nan_loss", "severity": "error", "message": "loss became NaN", "knob": "lower lr",
+                 "stage": "grpo"}]
+    html = run_views.findings_html(findings)
+    assert html.index("doctor-error") < html.index("doctor-warning")  # the most urgent first
+    assert "hit &lt;the&gt; limit" in html and "Try: raise grpo.max_completion_length" in html
+    assert run_views.findings_caption(findings).startswith("**Doctor:** 2 findings (1 error, 1 warning)")
+    assert "no problem seen" in run_views.findings_caption([])
 
 
 def test_overall_eta_adds_the_later_stages_budgets(tmp_path):
@@ -402,7 +412,8 @@ def test_grpo_run_shows_samples_and_the_doctor(client):
     # the doctor's findings as the job logged them, each with the knob to turn
     doctor_file = Path(os.environ["GRPO_PLAYGROUND_RUNS_DIR"], started["run_id"], "doctor.jsonl")
     logged = [json.loads(line) for line in doctor_file.read_text().splitlines()] if doctor_file.exists() else []
-    assert findings["rule"].tolist() == [f["rule"] for f in logged] and findings["knob"].all()
+    assert findings.count('class="doctor-finding') == len(logged)
+    assert all(f"<b>{f['rule']}</b>" in findings and f"Try: {html.escape(f['knob'])}" in findings for f in logged)
     # export the finished run to GGUF through the API: a child process, its files listed when done
     client.predict(started["run_id"], ["q4_k_m"], "", api_name="/export")
     exported = wait_status(client, started["run_id"], lambda s: s["export"]["state"] in ("finished", "failed"),
@@ -412,4 +423,15 @@ def test_grpo_run_shows_samples_and_the_doctor(client):
     # the seed's story on the base model (it never saw the tags): the pre-flight says stop, the doctor
     # names the flat reward / zero-variance collapse within the first logged steps
     assert preflight["level"] == "error"
-    assert {"flat_reward", "zero_std"} & set(findings["rule"])
+    assert "<b>flat_reward</b>" in findings or "<b>zero_std</b>" in findings
+
+
+def test_progress_of_a_finished_all_stages_run_and_of_the_hand_over():
+    metrics = [{"stage": "sft", "step": s, "max_steps": 240, "time": float(s)} for s in (10, 240)]
+    metrics += [{"stage": "grpo", "step": s, "max_steps": 12, "time": 300.0 + s} for s in (1, 12)]
+    done = run_views.progress({"state": "finished", "stage": "all", "step": 12, "max_steps": 12}, metrics)
+    assert (done["stage"], done["step"], done["max_steps"], done["fraction"]) == ("grpo", 12, 12, 1.0)
+    # the job has just begun GRPO: status.json still holds SFT's max_steps and its ETA of 0
+    handover = run_views.progress({"state": "running", "stage": "grpo", "step": 0, "max_steps": 240, "eta_s": 0},
+                                  metrics[:2])
+    assert handover["starting"] and handover["max_steps"] is None and handover["eta_s"] is None

@@ -50,12 +50,12 @@ ARMS = ("sft_w", "sft_w+grpo_a", "sft_w+more_sft_w", "sft_w+fresh_sft")
 STEPS = ("data", *ARMS, "eval")  # in the order they run
 
 
-def mark(work: Path, step: str, state: str, run_dir: Path | None = None) -> None:
-    """Record in <work>/progress.json that `step` is now running or done (and where it trains), atomically: the
-    app reads the file while this process writes it."""
+def mark(work: Path, step: str, state: str, run_dir: Path | None = None, **facts) -> None:
+    """Record in <work>/progress.json that `step` is now running or done (and where it trains, and `facts` such as
+    sft-W's rounds so far), atomically: the app reads the file while this process writes it."""
     path = work / PROGRESS_FILE
     progress = read_json(path) or {"order": list(STEPS), "steps": {}}
-    entry = {**progress["steps"].get(step, {}), "state": state, "time": time.time()}  # "done" keeps the run_dir
+    entry = {**progress["steps"].get(step, {}), "state": state, "time": time.time(), **facts}  # "done" keeps run_dir
     if run_dir:
         entry["run_dir"] = str(run_dir)
     progress["steps"][step] = entry
@@ -145,7 +145,9 @@ def sft_until_format(args, cfg, work: Path, worked_spec: str) -> dict:
     adapter, rounds = cfg.model.name_or_path, []
     for i in range(args.max_rounds):
         run_dir = work / f"sft_w_round{i}"
-        mark(work, "sft_w", "running", run_dir)
+        # the rounds so far and their sampled format rates: the app shows them (the step count restarts each round)
+        mark(work, "sft_w", "running", run_dir, round=i + 1, max_rounds=args.max_rounds, rounds=rounds,
+             format_target=args.format_target)
         status = train(args.recipe, run_dir, "sft", [*common, f"model.name_or_path={adapter}",
                                                      *([] if i == 0 else ["sft.warmup_steps=0"])])
         adapter = str(run_dir / "sft")
@@ -224,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             "grpo.on_preflight_error=continue"]  # an arm is measured even when its pre-flight says ERROR
 
     sft = sft_until_format(args, cfg, work, worked_spec)
-    mark(work, "sft_w", "done")
+    mark(work, "sft_w", "done", rounds=sft["rounds"])  # every round's format rate, the last one's too
     if args.only_sft_w:
         return 0
     mark(work, "sft_w+grpo_a", "running", work / "grpo_a")

@@ -26,6 +26,13 @@ PHASES = ("rollout", "weight_sync", "rewards", "logprobs", "forward_backward", "
 STEP_KEY = "timing/step_s"
 
 
+def clock(seconds: float) -> str:
+    """A duration as people read it: 4m05s, 1h20m (the Training tab's ETA and the CLI's say it the same way)."""
+    seconds = int(max(0, seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
+
+
 def phase_key(phase: str) -> str:
     return f"timing/{phase}_s"
 

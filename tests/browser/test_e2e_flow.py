@@ -168,17 +168,18 @@ def test_export_the_run_to_gguf(page, expect, screenshot, flow):
     expect(page.locator("#training-progress")).to_contain_text("stopped")
     page.locator("#training-export-button").click()
     exported = page.locator("#training-export")
-    expect(exported).to_contain_text(re.compile("Exported:|Export failed"), timeout=EXPORT_TIMEOUT_MS)
-    assert "Exported:" in exported.inner_text(), exported.inner_text()
+    expect(exported).to_contain_text(re.compile("Exported the|Export failed"), timeout=EXPORT_TIMEOUT_MS)
+    assert "Exported the" in exported.inner_text(), exported.inner_text()
     # stopped during GRPO, so the last saved adapter is SFT's: that is what gets exported
-    written = re.search(r"(/\S+\.q4_k_m\.gguf)", exported.inner_text())
-    assert written, f"no q4_k_m file among the written paths: {exported.inner_text()}"
-    gguf = Path(written.group(1))
+    assert "Exported the sft stage" in exported.inner_text(), exported.inner_text()
+    written = re.search(r"(\S+\.q4_k_m\.gguf)", exported.inner_text())
+    assert written, f"no q4_k_m file among the written files: {exported.inner_text()}"
+    gguf = run_dir / "export" / "sft" / written.group(1)
     assert gguf.is_file() and gguf.stat().st_size > 100_000, gguf
     assert run_dir in gguf.parents
     assert "Checks that failed" not in exported.inner_text()
     screenshot(page, "exported")
-    region_screenshot(page, "exported", "#training-export-button", "#training-export")
+    region_screenshot(page, "exported", "#training-export-heading", "#training-export-files")
     flow["gguf"] = gguf
 
 

@@ -71,10 +71,10 @@ def test_quick_recipe_runs_to_the_end_in_five_minutes_then_chats(page, expect, s
     # export the finished run, then ask its GGUF a question in the Chat tab
     page.locator("#training-export-button").click()
     exported = page.locator("#training-export")
-    expect(exported).to_contain_text(re.compile("Exported:|Export failed"), timeout=EXPORT_TIMEOUT_MS)
-    written = re.search(r"(/\S+\.q4_k_m\.gguf)", exported.inner_text())
+    expect(exported).to_contain_text(re.compile("Exported the|Export failed"), timeout=EXPORT_TIMEOUT_MS)
+    written = re.search(r"(\S+\.q4_k_m\.gguf)", exported.inner_text())
     assert written, exported.inner_text()
-    gguf = Path(written.group(1))
+    gguf = run_dir / "export" / "grpo" / written.group(1)
     assert run_dir in gguf.parents and gguf.is_file()
     example = load_examples(QUICK.data.eval_source, n=1).examples[0]
     lengths = ask_in_chat(page, expect, gguf.name, example["problem"], example["answer"])

@@ -127,12 +127,14 @@ class TrainArgs(CliArgs):
 
     config: Path = option(help="recipe YAML, or the name of a shipped recipe (quick, tiny-cpu, ...)")
     run_dir: Path | None = option(None, help="use this run folder (required with --resume)")
-    stage: str = option("all", choices=JOB_STAGES, help="the stages to run: all (SFT then GRPO), one of them, or "
-                                                          "preflight (only the pre-flight report)")
+    stage: str = option("all", choices=JOB_STAGES, help="all: SFT, then the pre-flight, then GRPO (default); sft or "
+                                                          "grpo: that stage alone; preflight: only sample a few groups "
+                                                          "from the model, score them, write preflight.json")
     resume: bool = option(False, help="continue from the run folder's last checkpoint")
     runs_dir: Path | None = option(None, help="where new run folders go (default: $GRPO_PLAYGROUND_RUNS_DIR or ./runs)")
     overrides: tuple[str, ...] = option((), flag="--set", many="append", metavar="SECTION.KEY=VALUE",
-                                        help="override a recipe value, e.g. --set grpo.max_steps=20 (repeatable)")
+                                        help="override a recipe value, e.g. --set grpo.max_steps=20 (repeatable; "
+                                             "every key is listed below)")
 
 
 @dataclass(frozen=True)

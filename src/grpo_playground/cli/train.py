@@ -23,7 +23,9 @@ from grpo_playground.run_layout import RECIPE_FILE, RUNS_DIR_ENV, new_run_id, ru
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = TrainArgs.parse_args(argv)
+    from grpo_playground.config import override_keys_help  # torch-free: --help lists every key --set takes
+
+    args = TrainArgs.parse_args(argv, epilog=override_keys_help())
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
     from grpo_playground.config import ConfigError, apply_overrides, load_recipe

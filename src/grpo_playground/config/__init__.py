@@ -10,6 +10,7 @@ from grpo_playground.config.recipe_io import (
     config_to_dict,
     dump_recipe,
     load_recipe,
+    override_keys_help,
     recipe_from_text,
     save_recipe,
 )
@@ -33,5 +34,6 @@ from grpo_playground.config.run_config import (
 __all__ = [
     "ALL_PROJECTIONS", "LOSS_TYPES", "SECTIONS", "SWANLAB_MODES", "ConfigError", "DataConfig", "GRPOStage",
     "Hardware", "LoraSettings", "ModelConfig", "RewardSettings", "RunConfig", "SFTStage", "Tracking",
-    "apply_overrides", "config_from_dict", "config_to_dict", "dump_recipe", "load_recipe", "recipe_from_text", "save_recipe",
+    "apply_overrides", "config_from_dict", "config_to_dict", "dump_recipe", "load_recipe", "override_keys_help",
+    "recipe_from_text", "save_recipe",
 ]

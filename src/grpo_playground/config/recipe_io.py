@@ -158,7 +158,12 @@ def load_recipe(path: str | Path) -> RunConfig:
         raise FileNotFoundError(f"recipe {path} does not exist: pass a YAML file such as recipes/tiny-cpu.yaml")
     if path.stat().st_size > MAX_RECIPE_BYTES:
         raise ConfigError("recipe", str(path), f"file is larger than {MAX_RECIPE_BYTES // 1024} KiB: not a recipe")
-    return recipe_from_text(path.read_text(encoding="utf-8"), path.name)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:  # an image or archive picked by mistake: say so, not the codec's words
+        raise ConfigError("recipe", path.name, f"is not a text file (byte {exc.start} is not UTF-8): a recipe is "
+                                               "YAML text such as recipes/quick.yaml") from None
+    return recipe_from_text(text, path.name)
 
 
 def recipe_from_text(text: str, source: str = "recipe") -> RunConfig:
@@ -260,6 +265,18 @@ def save_recipe(cfg: RunConfig, path: str | Path) -> Path:
     tmp.write_text(dump_recipe(cfg.validate()), encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+def override_keys_help(width: int = 100) -> str:
+    """Every key `--set` takes, section by section, read from the dataclasses (so the list cannot drift)."""
+    import textwrap
+    from dataclasses import fields
+
+    lines = ["keys for --set SECTION.KEY=VALUE, the recipe file's own keys (values in YAML syntax):", "  name"]
+    for section, cls in SECTIONS.items():
+        keys = ", ".join(f"{section}.{f.name}" for f in fields(cls))
+        lines += textwrap.wrap(keys, width, initial_indent="  ", subsequent_indent="    ")
+    return "\n".join(lines)
 
 
 def apply_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:

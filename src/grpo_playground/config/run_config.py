@@ -47,8 +47,8 @@ def _check_range(path: str, value, low=None, high=None, fix: str = "") -> None:
     if isinstance(value, float) and not math.isfinite(value):  # NaN compares False with every bound
         raise ConfigError(path, value, "give a finite number (not NaN or infinity)")
     if (low is not None and value < low) or (high is not None and value > high):
-        bounds = f"{'' if low is None else low} .. {'' if high is None else high}"
-        raise ConfigError(path, value, f"must lie in {bounds}{'; ' + fix if fix else ''}")
+        bounds = f"at least {low}" if high is None else f"at most {high}" if low is None else f"between {low} and {high}"
+        raise ConfigError(path, value, f"must be {bounds}{'; ' + fix if fix else ''}")
 
 
 @dataclass
@@ -70,7 +70,8 @@ class ModelConfig:
         "Share of GPU memory vLLM reserves for rollouts. Empty = sized from the model, batch and lengths (weights, KV "
         "cache of every row, 5 GiB of overhead); the seed sets 0.7. Lower it on out-of-memory."))
     fast_inference: bool = field(default=True, metadata=_help(
-        "Generate GRPO rollouts with vLLM through Unsloth when vllm is installed (CUDA only)."))
+        "Generate GRPO rollouts with vLLM through Unsloth when vllm is installed (CUDA only).",
+        label="Fast rollouts with vLLM (Unsloth, CUDA only)"))
     gradient_checkpointing: bool = field(default=True, metadata=_help(
         "Recompute activations in the backward pass to save memory (TRL's default). Off is faster when memory "
         "is not the limit (small models, CPU)."))
@@ -95,8 +96,8 @@ class DataConfig:
         "Source spec of the GRPO prompts (final answers only): generator:train, gsm8k:PATH.jsonl, dapo:PATH, ..."))
     eval_source: str = field(default="generator:test", metadata=_help(
         "Held-out source spec for pre-flight and evaluation (never trained on)."))
-    n_sft: Optional[int] = field(default=None, metadata=_help("Number of SFT examples (empty = all)."))
-    n_grpo: Optional[int] = field(default=None, metadata=_help("Number of GRPO prompts (empty = all)."))
+    n_sft: Optional[int] = field(default=None, metadata=_help("Number of SFT examples (empty = all).", label="SFT examples"))
+    n_grpo: Optional[int] = field(default=None, metadata=_help("Number of GRPO prompts (empty = all).", label="GRPO prompts"))
     prefill_reasoning: bool = field(default=True, metadata=_help(
         "The chat template opens the assistant turn with the reasoning start tag, so the model never "
         "has to write it (and the rewards do not count it)."))
@@ -121,7 +122,7 @@ class DataConfig:
 
 @dataclass
 class LoraSettings:
-    r: int = field(default=32, metadata=_help("LoRA rank (seed 32; also vLLM's max_lora_rank)."))
+    r: int = field(default=32, metadata=_help("LoRA rank (seed 32; also vLLM's max_lora_rank).", label="Rank (r)"))
     alpha: int = field(default=64, metadata=_help("LoRA alpha (seed: 2 x rank)."))
     dropout: float = field(default=0.0, metadata=_help("LoRA dropout (0 lets Unsloth use its fast path)."))
     target_modules: list[str] = field(default_factory=lambda: list(ALL_PROJECTIONS), metadata=_help(
@@ -179,17 +180,19 @@ class GRPOStage:
     learning_rate: float = field(default=5e-6, metadata=_help(
         "GRPO learning rate (seed 5e-6). Too high makes KL explode / NaN logits: halve it."))
     beta: float = field(default=0.04, metadata=_help(
-        "KL penalty towards the reference (the adapter-disabled policy; seed 0.04; 0 = no reference, no kl)."))
+        "KL penalty towards the reference (the adapter-disabled policy; seed 0.04; 0 = no reference, no kl).",
+        label="KL weight (beta)"))
     temperature: float = field(default=0.9, metadata=_help("Sampling temperature of rollouts (seed 0.9)."))
     top_p: float = field(default=1.0, metadata=_help("Nucleus sampling of rollouts."))
-    num_generations: int = field(default=8, metadata=_help("Completions per prompt: the group G (seed 8)."))
+    num_generations: int = field(default=8, metadata=_help("Completions per prompt: the group G (seed 8).",
+                                                           label="Completions per prompt (group size)"))
     loss_type: str = field(default="dr_grpo", metadata=_help(
         "TRL loss: grpo, dr_grpo (seed: no std or length normalisation), dapo (TRL default), bnpo, cispo, "
         "sapo, luspo, vespo.", choices=LOSS_TYPES))
     scale_rewards: str = field(default="group", metadata=_help(
         "Divide advantages by the reward std of the group, of the batch, or not at all (none, Dr. GRPO).",
-        choices=SCALE_REWARDS))
-    epsilon: float = field(default=0.2, metadata=_help("Clipping range of the policy ratio."))
+        choices=SCALE_REWARDS, label="Advantage scaling"))
+    epsilon: float = field(default=0.2, metadata=_help("Clipping range of the policy ratio.", label="Clip range (epsilon)"))
     max_completion_length: int = field(default=1024, metadata=_help(
         "Longest completion in tokens (seed 1024; below 512 truncation cuts off the solution tag on real models)."))
     per_device_batch_size: int = field(default=8, metadata=_help(
@@ -209,18 +212,20 @@ class GRPOStage:
         "Generate with vLLM (colocated) when it is installed and a GPU is present; else model.generate."))
     num_iterations: int = field(default=1, metadata=_help(
         "Gradient steps per batch of rollouts (GRPO's mu; seed 1): above 1 the clipped ratio matters and generation "
-        "costs less per update."))
+        "costs less per update.", label="Gradient steps per rollout batch"))
     top_entropy_quantile: float = field(default=1.0, metadata=_help(
         "Train only on this top fraction of tokens by entropy (1.0 = all; 0.2 keeps the 'forking' tokens where "
-        "completions decide, as in Wang et al. 2025). Run here on the TRL backend; Unsloth's own loss was not checked."))
+        "completions decide, as in Wang et al. 2025). Run here on the TRL backend; Unsloth's own loss was not checked.",
+        label="Train on the highest-entropy tokens (share)"))
     mask_truncated_completions: bool = field(default=False, metadata=_help(
-        "Exclude completions cut at max_completion_length from the loss (a guard against truncation hacking)."))
+        "Exclude completions cut at max_completion_length from the loss (a guard against truncation hacking).",
+        label="Leave truncated completions out of the loss"))
     preflight_prompts: int = field(default=4, metadata=_help(
         "Pre-flight: held-out prompts sampled (each num_generations times) and scored before GRPO starts."))
     on_preflight_error: str = field(default="pause", metadata=_help(
         "When the pre-flight says ERROR (GRPO would see no signal): pause before GRPO (the run stops; Resume, or "
         "--resume, runs GRPO anyway) or continue (spend the steps, e.g. to watch the collapse).",
-        choices=PREFLIGHT_ERROR_ACTIONS))
+        choices=PREFLIGHT_ERROR_ACTIONS, label="When the pre-flight says ERROR"))
 
     def generation_batch(self, num_processes: int = 1) -> tuple[int, str]:
         """Per-device batch TRL accepts (its generation batch must divide by num_generations), and why it changed."""

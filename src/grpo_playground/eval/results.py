@@ -20,10 +20,14 @@ MAX_RESULTS = 100
 
 
 def list_checkpoints() -> list[tuple[str, str]]:
-    """(label, value) pairs: registry models, then each run's saved stage adapters, newest run first."""
+    """(label, value) pairs: registry models that can load here, then each run's saved stage adapters, newest run
+    first. Offline, a hub model is listed only when it is in the local cache (the others fail on load)."""
     from grpo_playground.models import MODELS
+    from grpo_playground.models.registry import hub_cached, hub_offline
 
-    choices = [(name, name) for name in MODELS]
+    offline = hub_offline()
+    choices = [(name, name) for name, spec in MODELS.items()
+               if spec.source != "hub" or not offline or hub_cached(spec.location)]
     runs = sorted((p for p in runs_dir().iterdir() if p.is_dir() and p.name != EVALS_DIR), reverse=True)
     for run in runs:
         for stage in TRAINED_STAGES:
@@ -81,19 +85,6 @@ def results_table(results: list[dict]) -> list[list]:
     return [
         [checkpoint_label(r["model"]), r["data"], r["n"], r["format_rate"], r["accuracy"], r.get("accuracy_se"),
          r["lenient_accuracy"], r["mean_completion_tokens"], r["recheck_rate"], r.get("seconds"), r["file"]]
-        for r in results
-    ]
-
-
-def chart_rows(results: list[dict]) -> list[dict]:
-    """Long-form rows for a bar chart: one bar per (metric, checkpoint), coloured by checkpoint."""
-    def short(label: str) -> str:  # run folders have long names; the legend carries the full one
-        return label if len(label) <= 22 else "…" + label[-21:]
-
-    return [
-        {"bar": f"{metric} | {short(checkpoint_label(r['model']))}", "metric": metric,
-         "checkpoint": checkpoint_label(r["model"]), "value": r[metric]}
-        for metric in CHART_METRICS
         for r in results
     ]
 

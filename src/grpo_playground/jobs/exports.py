@@ -24,23 +24,31 @@ from grpo_playground.run_layout import (
     EXPORT_LOG,
     EXPORT_RESULT,
     GGUF_TYPES,
+    TRAINED_STAGES,
     export_dir,
     latest_stage,
     read_json,
     run_path,
+    stage_done,
+    write_json_atomic,
 )
 
 MARKER = "[ui] export"
 LOG_TAIL_BYTES = 64_000
 
 
-def start_export(run_id: str, gguf: list[str] | tuple[str, ...] = ("q4_k_m",), token: str | None = None) -> dict:
-    """Owner only: export a stopped or finished run's latest adapter (grpo, else sft) to these GGUF types."""
+def start_export(run_id: str, gguf: list[str] | tuple[str, ...] = ("q4_k_m",), token: str | None = None,
+                 stage: str | None = None) -> dict:
+    """Owner only: export a stopped or finished run's adapter of `stage` (default: the latest, grpo else sft) to
+    these GGUF types."""
     check_owner(token)
     info = reconcile(load_run(run_path(run_id)))
     if info.state in ACTIVE_STATES:
         raise RuntimeError(f"run {run_id} is {info.state}: export it once it has stopped or finished")
-    stage = latest_stage(info.path)
+    if stage and (stage not in TRAINED_STAGES or not stage_done(info.path, stage)):
+        raise RuntimeError(f"run {run_id} has no {stage} adapter: export one of its trained stages "
+                           f"({', '.join(s for s in TRAINED_STAGES if stage_done(info.path, s)) or 'none yet'})")
+    stage = stage or latest_stage(info.path)
     if stage is None:
         raise RuntimeError(f"run {run_id} has no trained adapter yet (no sft/ or grpo/ folder): train a stage first")
     unknown = [g for g in gguf if g not in GGUF_TYPES]
@@ -58,11 +66,11 @@ def start_export(run_id: str, gguf: list[str] | tuple[str, ...] = ("q4_k_m",), t
 
 
 def export_state(run_dir: Path) -> dict:
-    """{"state": none|running|finished|failed, "files": [paths], "problems": [...], "reason", "log"} of the
-    run's latest export attempt."""
+    """{"state": none|running|finished|failed, "files": [paths], "problems": [...], "checks": {name: check},
+    "stage", "reason", "log"} of the run's latest export attempt."""
     run_dir = Path(run_dir)
     job = read_json(run_dir / EXPORT_JOB)
-    state = {"state": "none", "files": [], "problems": [], "reason": "", "log": ""}
+    state = {"state": "none", "files": [], "problems": [], "checks": {}, "stage": None, "reason": "", "log": ""}
     if not job:
         return state  # the common case on every UI tick: no file read beyond this one
     state["log"] = _last_attempt(run_dir / EXPORT_LOG)[-4000:]
@@ -73,7 +81,8 @@ def export_state(run_dir: Path) -> dict:
         result = {}
     if result.get("state") == "finished":
         files = [path for path in result.get("files", {}).values() if Path(path).is_file()]
-        return {**state, "state": "finished", "files": files, "problems": list(result.get("errors", []))}
+        return {**state, "state": "finished", "files": files, "problems": list(result.get("errors", [])),
+                "checks": dict(result.get("checks") or {}), "stage": result.get("stage")}
     reason = result.get("error") or f"the export process ended without a result: see {EXPORT_LOG} in the run folder"
     return {**state, "state": "failed", "reason": reason[:500]}
 

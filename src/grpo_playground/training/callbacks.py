@@ -21,6 +21,7 @@ from grpo_playground.contracts.findings import Finding
 from grpo_playground.contracts.metrics import HEADLINE_KEYS, NAN_STOPS_JOB
 from grpo_playground.doctor import diagnose
 from grpo_playground.training.multigpu import any_process
+from grpo_playground.training.progress import eta_seconds, step_note
 from grpo_playground.training.run_folder import RunFolder
 
 
@@ -108,8 +109,7 @@ class RunCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         started = time.perf_counter()
         self._record_timing(state, control.should_log)
-        done = state.global_step - self.first_step
-        eta = (time.time() - self.started) / done * (state.max_steps - state.global_step) if done else None
+        eta = eta_seconds(state.global_step, state.max_steps, self.first_step, self.started)
         self.folder.status(step=state.global_step, max_steps=state.max_steps, eta_s=eta)
         if self.folder.stop_requested():
             self.stopped_by = "stop"
@@ -166,7 +166,9 @@ class RunCallback(TrainerCallback):
         self.history.append(row)
         self.tracker.log_metrics(row)
         shown = " ".join(f"{k.split('/')[-1] if '/' in k else k}={_short(logs[k])}" for k in HEADLINE_KEYS if k in logs)
-        self.folder.log(f"{self.stage} step {state.global_step}/{state.max_steps} {shown}")
+        note = step_note(state.global_step, state.max_steps,
+                         eta_seconds(state.global_step, state.max_steps, self.first_step, self.started))
+        self.folder.log(f"{self.stage} step {state.global_step}/{state.max_steps} ({note}) {shown}")
         if self.recorder is not None:
             sample = self.recorder.sample(self.stage, state.global_step)
             if sample:

@@ -16,6 +16,7 @@ from grpo_playground.contracts.metrics import decode_record, encode_record, json
 from grpo_playground.contracts.process import write_json_atomic
 from grpo_playground.run_layout import STOP_FILE, read_status, write_status
 from grpo_playground.training.multigpu import is_main_process
+from grpo_playground.training.progress import say
 
 
 class RunFolder:
@@ -52,7 +53,7 @@ class RunFolder:
         """One line to stdout, which the launcher appends to log.txt (the job's stdout is that file)."""
         if not self.writer:
             return
-        print(f"[train] {time.strftime('%H:%M:%S')} {message}", flush=True)
+        say(f"[train] {time.strftime('%H:%M:%S')} {message}")  # above the terminal's progress bar, if any
 
     def append(self, name: str, record: dict) -> None:
         if not self.writer:

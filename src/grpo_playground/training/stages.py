@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from grpo_playground.config import RunConfig
 from grpo_playground.training.backend import Policy, resolve_optim, vllm_memory_share
 from grpo_playground.training.callbacks import RunCallback, SampleRecorder
+from grpo_playground.training.progress import terminal_progress
 from grpo_playground.training.rollouts import instrument_grpo
 from grpo_playground.training.run_folder import RunFolder
 from grpo_playground.step_timing import StepTimer, cuda_sync
@@ -60,6 +61,9 @@ def _train(trainer, folder: RunFolder, stage: str, resume: bool, callback: RunCa
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # RunCallback writes one readable line per log instead
+    if trainer.accelerator.is_main_process:
+        for progress in terminal_progress(stage):  # a bar with ETA on a terminal; none in a log file
+            trainer.add_callback(progress)
     checkpoint = folder.last_checkpoint(stage) if resume else None
     if checkpoint:
         folder.log(f"{stage}: resuming from {checkpoint.name}")

@@ -7,14 +7,21 @@ import signal
 
 import gradio as gr
 
-from grpo_playground.ui import chat_tab, compare_panel, eval_panel, sandbox_tab, training_tab
+from grpo_playground.ui import chat_tab, compare_panel, eval_panel, run_summary, sandbox_tab, training_tab
 from grpo_playground.ui.public_limits import DELETE_CACHE, configure_queue, launch_settings
 
 TITLE = "GRPO Playground"
 # Page-wide style, injected with the page (Blocks(css=) moved to launch() in gradio 6, which tests do not call):
-# table headers of reward names stay on one line (they wrapped one letter a line beside long completions).
+# table headers of reward names stay on one line (they wrapped one letter a line beside long completions); the
+# doctor's findings are cards whose severity reads at a glance (red error, amber warning, grey info).
 STYLE = """<style>
-#training-samples th *, #training-findings th *, #eval-table th *, #chat-scores th { white-space: nowrap !important; }
+#training-samples th *, #eval-table th *, #chat-scores th { white-space: nowrap !important; }
+.doctor-finding { border-left: 4px solid #9ca3af; padding: 4px 8px; margin: 6px 0; overflow-wrap: anywhere; }
+.doctor-finding .doctor-severity { font-weight: 700; padding: 0 6px; border-radius: 4px; color: #fff;
+  background: #6b7280; }
+.doctor-error { border-left-color: #dc2626; } .doctor-error .doctor-severity { background: #dc2626; }
+.doctor-warning { border-left-color: #d97706; } .doctor-warning .doctor-severity { background: #b45309; }
+.doctor-knob { font-weight: 600; }
 </style>"""
 
 
@@ -27,14 +34,28 @@ def build_demo() -> gr.Blocks:
                 training = training_tab.create_training_tab()
             with gr.Tab("Reward sandbox", id="sandbox"):
                 sandbox = sandbox_tab.create_sandbox_tab()
-            with gr.Tab("Chat", id="chat"):
-                chat_tab.create_chat_tab()
+            with gr.Tab("Chat", id="chat") as chat:
+                chat_parts = chat_tab.create_chat_tab()
             with gr.Tab("Evaluate", id="evaluate"):
-                eval_panel.create_eval_panel()
+                evaluate = eval_panel.create_eval_panel()
                 compare_panel.create_compare_panel()
         training_tab.link_to_sandbox(training, sandbox, tabs)
+        follow_disk(chat, chat_parts)
+        run = training.run
+        run_summary.link_next_steps([run.next_chat, run.export_chat, run.next_eval], run.view, tabs,
+                                    chat_parts["pickers"][0], evaluate["checkpoints"], run.message)
     configure_queue(demo)
     return demo
+
+
+def follow_disk(chat: gr.Tab, parts: dict) -> None:
+    """The Chat tab's lists follow the disk: read again on page load and whenever the tab is opened, so a GGUF
+    exported or a run trained since the server started is listed without pressing "Refresh list"."""
+    def current():
+        return [gr.Dropdown(choices=chat_tab.target_choices()) for _ in parts["pickers"]] + [chat_tab.backends_status()]
+
+    gr.on([chat.select], current, None, [*parts["pickers"], parts["status"]], api_visibility="private")
+    gr.on(None, current, None, [*parts["pickers"], parts["status"]], api_visibility="private")  # page load
 
 
 def launch(demo: gr.Blocks, **kwargs) -> None:

@@ -14,6 +14,7 @@ format_target, token) -> the comparison's state; /compare_status (id, or "" for 
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import gradio as gr
@@ -25,6 +26,7 @@ from grpo_playground.jobs.comparisons import (ComparisonPlan, comparison_state, 
                                               stop_comparison)
 from grpo_playground.run_layout import RECIPE_FILE
 from grpo_playground.contracts.shipped import RECIPES_DIR, shipped_recipes
+from grpo_playground.step_timing import clock
 
 POLL_S = 3.0
 START_ACTION = "starting or stopping a comparison"
@@ -82,13 +84,41 @@ def state_text(state: dict) -> str:
             f"W = {plan.get('n_worked')}, A = {plan.get('n_answers')}, {plan.get('n_eval')} held-out prompts.")
     steps = []
     for step in state["order"]:
-        mark = state["steps"].get(step, {}).get("state", "waiting")
+        entry = state["steps"].get(step, {})
+        mark = entry.get("state", "waiting")
         if mark == "running" and state["state"] != "running":
             mark = "interrupted"
+        elif mark == "running" and entry.get("round"):
+            mark += f" (round {entry['round']} of at most {entry.get('max_rounds')}"
+            if state["current"].get("max_steps"):
+                mark += f", step {state['current'].get('step', 0)} of {state['current']['max_steps']}"
+            mark += ")"
         elif mark == "running" and state["current"].get("max_steps"):
             mark += f" (step {state['current'].get('step', 0)} of at most {state['current']['max_steps']})"
+        if entry.get("rounds"):  # sft-W's sampled format rate after each round, against its target
+            rates = " -> ".join(f"{100 * r['format_rate']:.1f}%" for r in entry["rounds"])
+            mark += f"; format rate after each round: {rates} (target {100 * entry.get('format_target', 0):.0f}%)"
         steps.append(f"- {step}: {mark}")
-    return "\n\n".join([head, "\n".join(steps), f"The same experiment from a shell: `{state['command']}`"])
+    return "\n\n".join([head, "\n".join(steps), time_text(state),
+                        f"The same experiment from a shell: `{state['command']}`"])
+
+
+def time_text(state: dict) -> str:
+    """Elapsed, and what is left at most: each arm trains for T minutes; sft-W's rounds and the evaluations come on
+    top (their length depends on the model and the machine, so they are named, not guessed)."""
+    plan, steps = state["plan"], state["steps"]
+    if not state.get("started"):
+        return ""
+    elapsed = (time.time() if state["state"] in ("waiting", "running") else
+               max((s.get("time", 0) for s in steps.values()), default=state["started"])) - state["started"]
+    text = f"Elapsed {clock(elapsed)}."
+    arms_left = [arm for arm in state["order"][2:-1] if steps.get(arm, {}).get("state") != "done"]
+    if state["state"] in ("waiting", "running") and arms_left:
+        text += (f" Still to come: {len(arms_left)} arm(s) of at most {plan.get('minutes', 0):g} min each "
+                 f"(~{clock(60 * plan.get('minutes', 0) * len(arms_left))})")
+        text += ", after sft-W's rounds," if steps.get("sft_w", {}).get("state") != "done" else ","
+        text += " then the evaluation of every arm."
+    return text
 
 
 LEGEND = "GRPO minus arm (points)"

@@ -13,12 +13,23 @@ from dataclasses import dataclass, fields, replace
 
 import gradio as gr
 
-from grpo_playground.config import SECTIONS, RunConfig, config_from_dict, config_to_dict, recipe_from_text
+from grpo_playground.config import SECTIONS, ConfigError, RunConfig, config_from_dict, config_to_dict, recipe_from_text
 from grpo_playground.config.recipe_io import MAX_RECIPE_BYTES
 from grpo_playground.rewards import REWARDS
 from grpo_playground.tags import Tags
 
 WEIGHT_COLUMNS = ["reward", "weight", "what it scores"]
+# words of a field name as people write them (the rest is lower case); a field's own `label` metadata wins
+WORDS = {"sft": "SFT", "grpo": "GRPO", "gpu": "GPU", "gpus": "GPUs", "cpu": "CPU", "vllm": "vLLM", "lr": "learning-rate",
+         "kl": "KL", "4bit": "4-bit", "num": "number of", "seq": "sequence", "swanlab": "SwanLab", "dtype": "data type",
+         "optim": "optimizer", "eval": "eval", "lora": "LoRA"}
+
+
+def human_label(name: str) -> str:
+    """num_generations -> "Number of generations": a config key as a label (the key stays in the help)."""
+    words = [WORDS.get(word, word) for word in name.split("_")]
+    text = " ".join(words)
+    return text[0].upper() + text[1:]
 
 
 @dataclass(frozen=True)
@@ -30,10 +41,16 @@ class FormField:
     choices: tuple = ()
     optional: bool = False
     tag: str | None = None  # for kind "tag": which of the four Tags fields
+    title: str = ""  # the label shown (the field's `label` metadata, else its name in words)
 
     @property
     def label(self) -> str:
         return self.tag or self.name
+
+    @property
+    def key(self) -> str:
+        """The recipe key, as in the YAML file and `--set`."""
+        return ".".join(part for part in (self.section, self.name, self.tag) if part)
 
     @property
     def elem_id(self) -> str:
@@ -59,9 +76,9 @@ def _classify(field, hint) -> FormField | list[FormField]:
     meta = dict(field.metadata)
     help_text = meta.get("help", "")
     origin, args = typing.get_origin(hint), typing.get_args(hint)
-    kw = dict(name=field.name, help=help_text, optional=optional)
+    kw = dict(name=field.name, help=help_text, optional=optional, title=meta.get("label") or human_label(field.name))
     if hint is Tags:
-        return [FormField(tag=t.name, kind="tag", **kw) for t in fields(Tags)]
+        return [FormField(tag=t.name, kind="tag", **{**kw, "title": human_label(t.name)}) for t in fields(Tags)]
     if origin is typing.Literal or meta.get("choices"):
         return FormField(kind="choice", choices=tuple(meta.get("choices") or args), **kw)
     if hint is bool:
@@ -92,7 +109,8 @@ def form_fields() -> list[FormField]:
 
 
 def _component(field: FormField, value):
-    common = dict(label=field.label, info=field.help or None, elem_id=field.elem_id)
+    # the label in words, the key (as in the YAML file and --set) first in the help
+    common = dict(label=field.title, info=f"{field.key}: {field.help}" if field.help else field.key, elem_id=field.elem_id)
     if field.kind == "bool":
         return gr.Checkbox(value=value, **common)
     if field.kind in ("int", "float") and field.optional:
@@ -106,10 +124,10 @@ def _component(field: FormField, value):
         return gr.Dropdown(choices=list(value or []), value=value, multiselect=True, allow_custom_value=True,
                            **common)
     if field.kind == "weights":
-        gr.Markdown(f"**{field.name}**: {field.help} A weight of 0 turns a reward off.")
+        gr.Markdown(f"**{field.title}** (`{field.key}`): {field.help} A weight of 0 turns a reward off.")
         return gr.Dataframe(value=weights_table(value), headers=WEIGHT_COLUMNS, datatype=["str", "number", "str"],
-                            column_count=3, row_count=len(REWARDS), interactive=True,
-                            static_columns=[0, 2], wrap=True, label=field.name, elem_id=field.elem_id)
+                            column_count=3, row_count=len(REWARDS), interactive=True, column_widths=["30%", "12%", "58%"],
+                            static_columns=[0, 2], wrap=True, label=field.title, elem_id=field.elem_id)
     if field.kind == "int_list":
         return gr.Textbox(value=_list_text(value), placeholder="e.g. 1, 2, 3 (empty = all)", **common)
     return gr.Textbox(value=value, **common)
@@ -128,12 +146,18 @@ def build_form(cfg: RunConfig) -> tuple[list[FormField], list]:
         title = section or "run"
         help_text = next((f.metadata.get("help", "") for f in fields(RunConfig) if f.name == section), "")
         # sections start closed: the setup fits one screen (a recipe is started as loaded; open what you edit)
-        with gr.Accordion(f"{title}: {help_text}" if help_text else title, open=section is None,
-                          elem_id=f"cfg-section-{title}"):
-            for start in range(0, len(section_specs), 3):
+        heading = f"{title}: {help_text}" if help_text else "Run name (the recipe file's top-level name)"
+        with gr.Accordion(heading, open=section is None, elem_id=f"cfg-section-{title}"):
+            # the weights table gets a row of its own: three to a row squeezed it to ~160 px
+            tables = [s for s in section_specs if s.kind == "weights"]
+            boxes = [s for s in section_specs if s.kind != "weights"]
+            for start in range(0, len(boxes), 3):
                 with gr.Row():
-                    for spec in section_specs[start : start + 3]:
+                    for spec in boxes[start : start + 3]:
                         components.append(_component(spec, spec.get(data)))
+            for spec in tables:
+                components.append(_component(spec, spec.get(data)))
+            by_section[section] = boxes + tables
     # components were created section by section: reorder specs the same way
     ordered = [spec for section_specs in by_section.values() for spec in section_specs]
     return ordered, components
@@ -191,6 +215,29 @@ def config_from_values(specs: list[FormField], values: list) -> RunConfig:
             value = _default(spec)
         spec.put(data, value)
     return config_from_dict(data)
+
+
+def form_problems(specs: list[FormField], values: list) -> list[str]:
+    """Every problem of the form's values, not only the first: each field is tried alone on the defaults (so one
+    bad value cannot hide the next), then the recipe as a whole (the checks across fields). [] when valid."""
+    try:
+        config_from_values(specs, values)
+        return []
+    except (ConfigError, ValueError) as whole:
+        first = str(whole)
+    defaults = values_from_config(specs, RunConfig())
+    problems = []
+    for index, spec in enumerate(specs):
+        trial = list(defaults)
+        trial[index] = values[index]
+        try:
+            config_from_values(specs, trial)
+        except ConfigError as exc:
+            if exc.path.startswith(spec.key.rsplit(".", 1)[0] if spec.tag else spec.key):
+                problems.append(str(exc))
+        except ValueError as exc:  # a value the form could not even read (text in a weight cell)
+            problems.append(f"{spec.key}: {exc}")
+    return list(dict.fromkeys(problems + [first]))  # the whole recipe's first problem, when no field showed it
 
 
 def _default(spec: FormField):

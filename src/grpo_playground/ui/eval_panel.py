@@ -2,9 +2,10 @@
 
 The job is `python -m pipelines.eval ... --out <runs>/evals/...json` per checkpoint, chained in one child process
 (grpo_playground.jobs.evals; the UI never imports torch). Like a training job it outlives the browser: the panel
-reads its state and log back from disk every few seconds, and the table lists every saved evaluation on page load,
-on "Refresh list" and as results arrive. One evaluation job runs at a time per app (it takes the CPU/GPU);
-starting and stopping need the owner token when GRPO_PLAYGROUND_OWNER_TOKEN is set.
+reads its state and log back from disk every few seconds, and the table, chart and checkpoint list follow the disk
+(saved evaluations, new runs and stages) on page load and as they change, with no reload. One evaluation job runs
+at a time per app (it takes the CPU/GPU); starting and stopping need the owner token when
+GRPO_PLAYGROUND_OWNER_TOKEN is set.
 
 API (gradio_client): /eval_checkpoints -> [(label, value)] the checkpoints it can evaluate; /eval_start
 (checkpoint values, data, n, batch size, max new tokens, backend, token) starts the job; /eval_status -> its state
@@ -14,6 +15,8 @@ newest first).
 
 from __future__ import annotations
 
+import json
+
 import gradio as gr
 import pandas as pd
 
@@ -22,6 +25,7 @@ from grpo_playground.eval import results as store
 from grpo_playground.jobs import check_owner, owner_token_required
 from grpo_playground.jobs.evals import eval_job_state, start_eval_job, stop_eval_job
 from grpo_playground.serving import vllm_unavailable_reason
+from grpo_playground.ui import eval_chart
 
 MAX_N = 2000
 MAX_CHECKPOINTS = 6
@@ -39,18 +43,6 @@ def _frame(results: list[dict]) -> pd.DataFrame:
     return frame.rename(columns={c: f"{c} %" for c in PERCENT_COLUMNS})
 
 
-def _chart(results: list[dict], data: str | None) -> pd.DataFrame:
-    """One bar per (metric, checkpoint) in percent. A bar's label is short ("accuracy 2"): the number points to
-    the legend, which carries the checkpoint's full name (long run names under the bars were cut off)."""
-    rows = store.chart_rows(store.latest_per_checkpoint(results, data))
-    frame = pd.DataFrame(rows, columns=["bar", "metric", "checkpoint", "value"])
-    number = {name: i + 1 for i, name in enumerate(dict.fromkeys(frame["checkpoint"]))}
-    frame["bar"] = [f"{m} {number[c]}" for m, c in zip(frame["metric"], frame["checkpoint"])]
-    frame["checkpoint"] = [f"{number[c]}: {c}" for c in frame["checkpoint"]]
-    frame["value"] = frame["value"].astype(float).mul(100).round(1)
-    return frame
-
-
 def job_status(state: dict) -> str:
     """The evaluation job in words: what is done, running, failed or waiting."""
     if state["state"] == "none":
@@ -63,16 +55,42 @@ def job_status(state: dict) -> str:
     return head + "  \n" + "  \n".join(f"{item['label']}: {marks[item['state']]}" for item in state["items"])
 
 
+def readable_log(text: str) -> str:
+    """The job's log with each evaluation's summary line (pipelines.eval prints its result as one JSON object)
+    said in words; the full numbers are in the table below and in the saved file."""
+    lines = []
+    for line in text.splitlines():
+        try:
+            summary = json.loads(line) if line.startswith("{") else None
+        except ValueError:
+            summary = None
+        if isinstance(summary, dict) and "accuracy" in summary:
+            line = (f"[eval] result: accuracy {100 * float(summary['accuracy']):.1f}%, format rate "
+                    f"{100 * float(summary.get('format_rate', 0)):.1f}% on {summary.get('n')} problems "
+                    f"({float(summary.get('seconds') or 0):.0f} s); saved in the table below")
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def refresh(data: str | None, shown: dict | None):
-    """Status, log, table and chart from disk; the table and chart are re-sent only when a result was added."""
+    """Status, log, table, chart, verdict and the checkpoint list from disk; each of table, chart and list is
+    re-sent only when it changed (a new result, a new run or stage on disk), so a page open since before a run
+    was made still lists it, and a finished evaluation redraws the chart without a reload."""
     state = eval_job_state()
     results = store.load_results()
-    signature = [r["file"] for r in results]
-    if shown is not None and shown.get("results") == signature:
-        table, chart = gr.skip(), gr.skip()
-    else:
-        table, chart = _frame(results), _chart(results, _data_or_none(data))
-    return job_status(state), state["log"], table, chart, {"results": signature}
+    checkpoints = store.list_checkpoints()
+    signature = {"results": [r["file"] for r in results], "data": data, "checkpoints": checkpoints}
+    shown = shown or {}
+    table = chart = words = choices = gr.skip()
+    if shown.get("results") != signature["results"] or shown.get("data") != data:
+        latest = store.latest_per_checkpoint(results, _data_or_none(data))
+        table = _frame(results)
+        chart = gr.update(value=eval_chart.chart_plot(latest), visible=True) if latest else \
+            gr.update(value=None, visible=False)
+        words = eval_chart.verdict(latest) if latest else "No saved evaluation yet: pick checkpoints and press Evaluate."
+    if shown.get("checkpoints") != checkpoints:
+        choices = gr.update(choices=checkpoints)
+    return job_status(state), readable_log(state["log"]), table, chart, words, choices, signature
 
 
 def _data_or_none(data: str | None) -> str | None:
@@ -158,11 +176,10 @@ def create_eval_panel() -> dict:
         run = gr.Button("Evaluate", variant="primary", elem_id="eval-run")
         stop = gr.Button("Stop")
     status = gr.Markdown(elem_id="eval-status")
-    log = gr.Textbox(label="Log (tail)", lines=6, max_lines=12, autoscroll=True)
+    log = gr.Textbox(label="Log (tail)", lines=6, max_lines=12, autoscroll=True, elem_id="eval-log")
+    verdict = gr.Markdown(elem_id="eval-verdict")
     # checkpoint names sit in the legend (colour), not under the bars, where long run names were cut off
-    chart = gr.BarPlot(None, x="bar", y="value", color="checkpoint", y_lim=[0, 100], y_title="%", x_title="",
-                       title="Newest result per checkpoint (%)", x_label_angle=-30, label="Comparison",
-                       elem_id="eval-chart")
+    chart = gr.Plot(label="Comparison", show_label=False, visible=False, elem_id="eval-chart")
     table = gr.Dataframe(None, label="Saved evaluations (newest first)", interactive=False, elem_id="eval-table")
     shown = gr.State(None)
     timer = gr.Timer(POLL_S)
@@ -172,15 +189,14 @@ def create_eval_panel() -> dict:
     gr.api(api_status, api_name="eval_status")
     gr.api(saved_results, api_name="eval_results")
     ui = dict(api_visibility="private")
-    views = [status, log, table, chart, shown]
-    # no triggers: on page load, so saved results show without pressing anything
+    views = [status, log, table, chart, verdict, checkpoints, shown]
+    # no triggers: on page load, so saved results and runs made since the app started show without pressing anything
     gr.on(None, refresh, [data, gr.State(None)], views, **ui)
-    gr.on([timer.tick], refresh, [data, shown], views, show_progress="hidden", **ui)
-    refresh_btn.click(lambda: gr.Dropdown(choices=store.list_checkpoints()), None, checkpoints, **ui).then(
-        refresh, [data, gr.State(None)], views, **ui)
+    gr.on([timer.tick, data.submit], refresh, [data, shown], views, show_progress="hidden", **ui)
+    refresh_btn.click(refresh, [data, gr.State(None)], views, **ui)
     run.click(run_evals, [checkpoints, data, n, batch_size, max_new_tokens, token, backend], status,
               concurrency_limit=1, concurrency_id="eval", **ui)
     stop.click(stop_eval, token, status, **ui)
     return {"checkpoints": checkpoints, "data": data, "n": n, "batch_size": batch_size,
-            "max_new_tokens": max_new_tokens, "backend": backend, "token": token, "run": run, "stop": stop, "status": status,
-            "log": log, "table": table, "chart": chart}
+            "max_new_tokens": max_new_tokens, "backend": backend, "token": token, "run": run, "stop": stop,
+            "status": status, "log": log, "table": table, "chart": chart, "verdict": verdict}

@@ -5,6 +5,8 @@ so they are tested without a browser.
 
 from __future__ import annotations
 
+from html import escape
+from pathlib import Path
 from typing import NamedTuple
 
 import pandas as pd
@@ -23,8 +25,8 @@ from grpo_playground.contracts.metrics import (
     TRAIN_RUNTIME,
 )
 from grpo_playground.jobs import RunInfo
-from grpo_playground.run_layout import RECIPE_FILE, TRAINED_STAGES
-from grpo_playground.step_timing import PHASES, phase_key
+from grpo_playground.run_layout import ACTIVE_STATES, RECIPE_FILE, TRAINED_STAGES
+from grpo_playground.step_timing import PHASES, clock, phase_key
 
 CURRENT_STAGE = "current"
 
@@ -46,10 +48,10 @@ CHARTS = [
     Chart("Truncated and zero-variance fractions",
           [("truncated (clipped_ratio)", CLIPPED_RATIO),
            ("zero-std groups (frac_reward_zero_std)", FRAC_REWARD_ZERO_STD)], "grpo"),
-    Chart("Loss", [("loss", LOSS)], None),
-    Chart("Learning rate", [("learning rate", LEARNING_RATE)], None),
-    # the phases add up to the whole step (`other` is the rest), so each bar is the step's wall time; one stage
-    # at a time, as SFT's and GRPO's step numbers overlap
+    # one stage at a time (the shown one): GRPO's 12 steps on SFT's 0-240 axis were a squashed blob at the left
+    Chart("Loss", [("loss", LOSS)], CURRENT_STAGE),
+    Chart("Learning rate", [("learning rate", LEARNING_RATE)], CURRENT_STAGE),
+    # the phases add up to the whole step (`other` is the rest), so each bar is the step's wall time
     Chart("Where the step time went (s)", [(p.replace("_", " "), phase_key(p)) for p in PHASES], CURRENT_STAGE,
           "stacked_bar"),
 ]
@@ -81,10 +83,22 @@ def chart_frame(metrics: list[dict], series, stage: str | None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=FRAME_COLUMNS)
 
 
-def chart_frames(metrics: list[dict]) -> list[pd.DataFrame]:
-    current = next((m.get("stage") for m in reversed(_logged_rows(metrics, None))), None)
-    return [chart_frame(metrics, chart.series, current if chart.stage == CURRENT_STAGE else chart.stage)
-            for chart in CHARTS]
+def current_stage(metrics: list[dict]) -> str | None:
+    """The stage logged last."""
+    return next((m.get("stage") for m in reversed(_logged_rows(metrics, None))), None)
+
+
+def chart_frames(metrics: list[dict], shown: str | None = None) -> list[pd.DataFrame]:
+    """Each chart's frame; the per-stage charts show stage `shown` (None: the stage logged last)."""
+    stage = shown or current_stage(metrics)
+    frames = []
+    for chart in CHARTS:
+        frame = chart_frame(metrics, chart.series, stage if chart.stage == CURRENT_STAGE else chart.stage)
+        if chart.kind == "stacked_bar":  # a phase the stage never spends time in (SFT's rollout) is no part
+            spent = frame.groupby("series")["value"].transform("sum") if len(frame) else frame["value"]
+            frame = frame[spent > 0].reset_index(drop=True)
+        frames.append(frame)
+    return frames
 
 
 def metric_keys(metrics: list[dict]) -> list[str]:
@@ -101,16 +115,16 @@ def compare_frame(runs: dict[str, list[dict]], key: str, stage: str | None) -> p
     return pd.DataFrame(rows, columns=FRAME_COLUMNS)
 
 
-def _duration(seconds: float) -> str:
-    seconds = int(max(0, seconds))
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
-
-
 def progress(status: dict, metrics: list[dict]) -> dict:
     """Stage, step, fraction done and ETA of the current stage (from the pace of its logged steps)."""
-    stage = status.get("stage") or (metrics[-1].get("stage") if metrics else None)
+    last = metrics[-1].get("stage") if metrics else None
+    stage = status.get("stage") or last
+    if stage not in TRAINED_STAGES and last:  # a finished `--stage all` job: the stage it ended in
+        stage = last
     rows = [m for m in _logged_rows(metrics, stage) if _number(m.get("time")) and _number(m.get("step"))]
+    if not rows and status.get("state") in ACTIVE_STATES and any(m.get("stage") not in (None, stage) for m in metrics):
+        # the hand-over: status.json still holds the previous stage's max_steps and its ETA of 0
+        return {"stage": stage, "step": 0, "max_steps": None, "fraction": None, "eta_s": None, "starting": True}
     step = status.get("step") or (rows[-1]["step"] if rows else 0)
     max_steps = status.get("max_steps") or (rows[-1].get("max_steps") if rows else None)
     eta = _number(status.get("eta_s"))  # the job's own estimate when it writes one
@@ -118,7 +132,7 @@ def progress(status: dict, metrics: list[dict]) -> dict:
         pace = (rows[-1]["time"] - rows[0]["time"]) / (rows[-1]["step"] - rows[0]["step"])
         eta = pace * max(0, max_steps - step)
     return {"stage": stage, "step": step, "max_steps": max_steps,
-            "fraction": min(1.0, step / max_steps) if max_steps else None, "eta_s": eta}
+            "fraction": min(1.0, step / max_steps) if max_steps else None, "eta_s": eta, "starting": False}
 
 
 def later_stage_budgets(info: RunInfo) -> list[tuple[str, float | None]]:
@@ -146,20 +160,34 @@ def overall_eta(stage: str | None, stage_eta: float | None, plan: list[tuple[str
     if any(budget is None for _, budget in later):
         return " · then " + ", ".join(name for name, _ in later) + " (no time budget: ETA once it starts)"
     total = stage_eta + sum(budget for _, budget in later)
-    return f" · at most {_duration(total)} in all (then {', '.join(f'{n} up to {_duration(b)}' for n, b in later)})"
+    return f" · at most {clock(total)} in all (then {', '.join(f'{n} up to {clock(b)}' for n, b in later)})"
+
+
+# status.json key the job sets while a run waits after a pre-flight ERROR (training.job.PAUSED_KEY)
+PAUSED_KEY = "paused_at_preflight"
+
+
+def state_word(info: RunInfo) -> str:
+    """The run's state as a user reads it: a run waiting after a pre-flight ERROR is paused, not stopped."""
+    if info.state == "stopped" and info.status.get(PAUSED_KEY):
+        return "paused before GRPO"
+    return info.state
 
 
 def progress_markdown(info: RunInfo, metrics: list[dict], plan: list[tuple[str, float | None]] = ()) -> str:
     p = progress(info.status, metrics)
     reason = info.status.get("reason")
-    line = f"**{info.run_id}**: {info.state}"
+    line = f"**{info.run_id}**: {state_word(info)}"
     if p["stage"]:
         line += f" · stage {p['stage']}"
+    if p["starting"] and info.state == "running":
+        line += " · starting (loading the model, then the pre-flight before GRPO)" if p["stage"] == "grpo" \
+            else " · starting (loading the model)"
     if p["max_steps"]:
         filled = int(20 * (p["fraction"] or 0))
         line += f" · step {p['step']}/{p['max_steps']} `{'#' * filled}{'.' * (20 - filled)}` {p['fraction']:.0%}"
     if p["eta_s"] is not None and info.state == "running":
-        line += f" · ETA {_duration(p['eta_s'])} (this stage)" + overall_eta(p["stage"], p["eta_s"], list(plan))
+        line += f" · ETA {clock(p['eta_s'])} (this stage)" + overall_eta(p["stage"], p["eta_s"], list(plan))
     return line + (f"\n\n{reason}" if reason else "")
 
 
@@ -202,9 +230,33 @@ def sample_caption(sample: dict | None) -> str:
     return text
 
 
-def findings_table(findings: list[dict]) -> pd.DataFrame:
-    columns = ["step", "severity", "rule", "knob", "message"]  # the knob before the long message: always in view
-    return pd.DataFrame([[f.get(c) for c in columns] for f in findings], columns=columns)
+SEVERITIES = ("error", "warning", "info")  # most urgent first
+
+
+def findings_caption(findings: list[dict]) -> str:
+    """What the doctor's panel holds, in words that match it (an empty-table caption sat above an error)."""
+    if not findings:
+        return "**Doctor:** no problem seen in the metrics so far."
+    counts = [f"{n} {sev}{'s' if n > 1 else ''}" for sev in SEVERITIES
+              if (n := sum(f.get("severity") == sev for f in findings))]
+    return f"**Doctor:** {len(findings)} finding{'s' if len(findings) > 1 else ''} ({', '.join(counts)}), " \
+           "each with the knob to turn."
+
+
+def findings_html(findings: list[dict]) -> str:
+    """One card per finding, most urgent first: a coloured severity badge, the rule and step, the knob to turn
+    and the message in plain words, all wrapped (a table cut the knob mid-word in the narrow column)."""
+    rank = {sev: i for i, sev in enumerate(SEVERITIES)}
+    cards = []
+    for f in sorted(findings, key=lambda f: (rank.get(f.get("severity"), len(rank)), f.get("step") or 0)):
+        severity = str(f.get("severity") or "info")
+        cards.append(
+            f'<div class="doctor-finding doctor-{escape(severity)}">'
+            f'<span class="doctor-severity">{escape(severity.upper())}</span> '
+            f'<b>{escape(str(f.get("rule")))}</b> at {escape(str(f.get("stage") or ""))} step {escape(str(f.get("step")))}'
+            f'<div class="doctor-knob">Try: {escape(str(f.get("knob")))}</div>'
+            f'<div class="doctor-message">{escape(str(f.get("message")))}</div></div>')
+    return "".join(cards)
 
 
 def doctor_findings(file_findings: list[dict], metrics: list[dict]) -> list[dict]:
@@ -235,21 +287,42 @@ def preflight_markdown(report: dict | None) -> str:
 
 
 def export_markdown(state: dict) -> str:
-    """The latest GGUF export of a run, in words (state from grpo_playground.jobs.exports.export_state)."""
+    """The latest GGUF export of a run, in words (state from grpo_playground.jobs.exports.export_state): its
+    files are downloaded beside it, and its checks are said plainly (the greedy f16-vs-HF match above all)."""
     if state["state"] == "none":
-        return "Not exported yet: pick GGUF types and press Export (the Chat tab then lists the .gguf)."
+        return "Not exported yet: pick the stage and GGUF types and press Export (the Chat tab then lists the .gguf)."
     if state["state"] == "running":
         last = [line for line in state["log"].splitlines() if line.strip()][-1:]
         return "**Exporting...** " + (f"`{last[0][:200]}`" if last else "")
     if state["state"] == "failed":
         return f"**Export failed:** {state['reason']} (see export.log in the run folder)"
-    text = "**Exported:**\n" + "\n".join(f"- `{path}`" for path in state["files"])
+    names = ", ".join(f"`{Path(path).name}`" for path in state["files"])
+    text = f"**Exported the {state.get('stage') or 'latest'} stage:** {names}. Download them below, or chat with it."
+    checks = state.get("checks") or {}
+    for name, check in checks.items():
+        text += "\n- " + _check_line(name, check)
+    if not checks:
+        text += "\n- not checked (exported with --no-verify)"
     if state["problems"]:
         text += "\n\n**Checks that failed:** " + "; ".join(state["problems"])
     return text
 
 
+def _check_line(name: str, check: dict) -> str:
+    """One export check in words: a greedy comparison (greedy_*) or a quantized file's answer (answers_*)."""
+    if "cases" in check:
+        cases = check["cases"]
+        same = sum(bool(c.get("match")) for c in cases)
+        what = "f16 GGUF" if name == "greedy_f16" else "base f16 GGUF + GGUF LoRA"
+        verdict = "" if check.get("match") else " (**it differs**: see export.json)"
+        return (f"{what} vs the HF model, greedy ({check.get('max_new_tokens')} tokens each): the same tokens on "
+                f"**{same}/{len(cases)}** prompts{verdict}")
+    answer = str(check.get("answer") or "").strip().replace("\n", " ")
+    return (f"`{check.get('file')}` answered {'in the format' if check.get('in_format') else 'out of the format'}: "
+            f"\"{answer[:120]}{'...' if len(answer) > 120 else ''}\"" if answer else f"`{check.get('file')}` gave an empty answer")
+
+
 def history_table(infos: list[RunInfo]) -> pd.DataFrame:
     columns = ["run", "state", "stage", "step", "max_steps", "reason"]
-    return pd.DataFrame([[i.run_id, i.state, i.status.get("stage"), i.status.get("step"),
+    return pd.DataFrame([[i.run_id, state_word(i), i.status.get("stage"), i.status.get("step"),
                           i.status.get("max_steps"), i.status.get("reason")] for i in infos], columns=columns)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import gradio as gr
 import pandas as pd
 
+from grpo_playground.data.answers import normalize_number
 from grpo_playground.jobs.control import check_owner, owner_token_required
 from grpo_playground.rewards import (
     DEFAULT_WEIGHTS,
@@ -94,7 +95,7 @@ def compute(completions_text, answer, enabled, scale, rs, re_, ss, se, code, tok
         if chosen[name] is None:
             raise RewardInputError(f"weight of {name} is empty: give a number such as 1.0")
     completions = split_group(completions_text or "")
-    answers = gold_answers(answer, len(completions))
+    answers = gold_answers(answer, len(completions), chosen)
     if code and code.strip() and len(answers) > 1:
         raise RewardInputError("a custom reward takes one gold answer for the group: give one answer, not one each")
     custom = _custom_scores(code, completions, answers[0]) if completions else None
@@ -105,14 +106,30 @@ def compute(completions_text, answer, enabled, scale, rs, re_, ss, se, code, tok
         return group, check_design(chosen, tags)
 
 
-def gold_answers(text: str | None, n_completions: int) -> list[str]:
+# Rewards that compare the answer as a decimal number (float ratios): a fraction gold is "not a plain number" to them
+DECIMAL_REWARDS = ("check_answer", "check_answer_strict_nomatch", "check_numbers")
+
+
+def gold_answers(text: str | None, n_completions: int, rewards=()) -> list[str]:
     """The gold answer box: one answer for the group, or one per completion separated by lines `---` (what an
-    uploaded file with an answer per row fills in). Each must be a number the rewards can compare."""
+    uploaded file with an answer per row fills in). Each must be a number the chosen `rewards` can compare, and is
+    given to them in its canonical spelling ("$1,000" -> "1000"), as the data loaders give training its golds."""
     answers = split_group(text or "") or [""]
     if len(answers) > 1 and len(answers) != n_completions:
         raise RewardInputError(f"{len(answers)} gold answers for {n_completions} completions: give one answer for "
                                "the group, or exactly one per completion (separated by lines ---)")
-    return [check_gold(gold) for gold in answers]
+    decimal = [name for name in rewards if name in DECIMAL_REWARDS]
+    canonical = []
+    for gold in answers:
+        gold = check_gold(gold)  # present, bounded, a final answer (the chat's and the sandbox's one check)
+        number = normalize_number(gold)
+        if number is None and decimal:
+            raise RewardInputError(
+                f"the gold answer {gold!r} is not a decimal number, and {', '.join(decimal)} compare decimals: give "
+                "it as one (3/4 -> 0.75), or score it with answer_equivalence alone (math-verify reads fractions "
+                "and LaTeX)")
+        canonical.append(number or gold)
+    return canonical
 
 
 def _frame(group: GroupScore) -> pd.DataFrame:
@@ -132,12 +149,13 @@ def score_table(*inputs) -> pd.DataFrame:
 
 @_named_inputs
 def score_view(*inputs):
-    """The live view: (table, report markdown, per-completion cards); errors go in the report, never a crash."""
+    """The live view: (table, report markdown, per-completion cards); errors go in the report, never a crash, and
+    the table is hidden (an empty one showed a placeholder headed "1 | 2 | 3")."""
     try:
         group, design = compute(*inputs)
     except ValueError as exc:
-        return pd.DataFrame(), render_report(None, None, [f"Error: {exc}"]), ""
-    return _frame(group), render_report(group, design, []), render_details(group)
+        return gr.update(value=None, visible=False), render_report(None, None, [f"Error: {exc}"]), ""
+    return gr.update(value=_frame(group), visible=True), render_report(group, design, []), render_details(group)
 
 
 def upload_file(path):
@@ -197,6 +215,11 @@ def create_sandbox_tab() -> SandboxInputs:
     )
     with gr.Row():
         with gr.Column(scale=2):
+            # first in the column: opened, its boxes sit beside the report that shows their effect (or error)
+            with gr.Accordion("Format tags", open=False, elem_id="sandbox-tags"):
+                with gr.Row():
+                    tag_boxes = [gr.Textbox(v, label=k, max_length=64, min_width=140)
+                                 for k, v in DEFAULT_TAGS.to_dict().items()]
             completions = gr.Textbox(join_group(EXAMPLE_GROUP), lines=14, max_lines=30, label="completions",
                                      max_length=MAX_PASTE_CHARS,
                                      info="one per block; separate blocks with a line ---", elem_id="sandbox-completions")
@@ -215,15 +238,13 @@ def create_sandbox_tab() -> SandboxInputs:
                                  info="group: (r - mean) / (std + 1e-4), TRL's default; none: r - mean (Dr. GRPO)")
             with gr.Accordion("What each reward scores", open=False):
                 gr.Markdown(_registry_table())
-            with gr.Accordion("Format tags", open=False):
-                tag_boxes = [gr.Textbox(v, label=k, max_length=64) for k, v in DEFAULT_TAGS.to_dict().items()]
             with gr.Accordion("Custom reward (Python)", open=False):
                 code = _custom_reward_box()
                 token = gr.Textbox("", label="Owner token (custom code runs for the owner only)", type="password",
                                    visible=owner_token_required(), max_length=256)
         with gr.Column(scale=3):
             report = gr.Markdown(initial[1], elem_id="sandbox-report")
-            table = gr.Dataframe(initial[0], label="scores (one row per completion)", interactive=False,
+            table = gr.Dataframe(initial[0]["value"], label="scores (one row per completion)", interactive=False,
                                  elem_id="sandbox-table")
             details = gr.HTML(initial[2], elem_id="sandbox-details")
             score_button = gr.Button("score", visible=False)

@@ -1,7 +1,7 @@
 """The Training tab's API: the same operations its buttons use, for gradio_client and scripts.
 
 api_name: /start (recipe YAML, stage, token), /stop and /resume (run id, token), /export (run id, GGUF types,
-token), /status (run id), /runs, /metrics (run id: every metrics row, what the charts draw) and /samples (run id:
+token, stage), /status (run id), /runs, /metrics (run id: every metrics row, what the charts draw) and /samples (run id:
 the latest sample group, what the samples table shows). Starting, stopping, resuming and exporting need the owner token when
 GRPO_PLAYGROUND_OWNER_TOKEN is set; watching does not.
 """
@@ -71,9 +71,10 @@ def api_resume(run_id: str, token: str = "") -> dict:
 
 
 @_api
-def api_export(run_id: str, gguf: list[str], token: str = "") -> dict:
-    """Export a stopped or finished run to GGUF (e.g. ["q4_k_m"]) in a child process; returns at once."""
-    start_export(run_id, gguf, token)
+def api_export(run_id: str, gguf: list[str], token: str = "", stage: str = "") -> dict:
+    """Export a stopped or finished run to GGUF (e.g. ["q4_k_m"]) in a child process; returns at once. `stage`:
+    sft or grpo (empty: the latest trained)."""
+    start_export(run_id, gguf, token, stage or None)
     return run_summary(run_id)
 
 

@@ -27,9 +27,13 @@ EMBED = {"embedOptions": {"renderer": "svg", "actions": False}}
 FRAME = {"height": CHART_HEIGHT, "background": "transparent", "usermeta": EMBED}  # the page's theme shows through
 
 
-def _color(title: str) -> dict:
+LEGEND_PAIR_CHARS = 24  # longer labels get a legend line each: two to a line, the second was cut at the edge
+
+
+def _color(title: str, labels: list[str]) -> dict:
+    columns = 2 if max(map(len, labels), default=0) <= LEGEND_PAIR_CHARS else 1
     return {"field": "series", "type": "nominal", "title": title, "scale": {"range": PALETTE},
-            "legend": {"orient": "bottom", "direction": "horizontal", "columns": 2, "labelLimit": 260}}
+            "legend": {"orient": "bottom", "direction": "horizontal", "columns": columns, "labelLimit": 0}}
 
 
 def line_spec(frame: pd.DataFrame, title: str) -> dict:
@@ -38,7 +42,7 @@ def line_spec(frame: pd.DataFrame, title: str) -> dict:
             "layer": [{"mark": {"type": "line", "tooltip": True, "point": {"filled": True, "strokeOpacity": 0}},
                        "encoding": {"x": STEP_AXIS, "y": {"field": "value", "type": "quantitative", "title": None,
                                                            "scale": {"zero": False}},
-                                    "color": _color("")}}]}
+                                    "color": _color("", list(frame["series"].unique()))}}]}
 
 
 def stacked_bar_spec(frame: pd.DataFrame, title: str) -> dict:
@@ -50,7 +54,8 @@ def stacked_bar_spec(frame: pd.DataFrame, title: str) -> dict:
     return {**FRAME, "title": title, "data": {"values": records},
             "mark": {"type": "bar", "tooltip": True},
             "encoding": {"x": x, "y": {"field": "value", "type": "quantitative", "title": "seconds", "stack": "zero"},
-                         "color": {**_color(""), "sort": order}, "order": {"field": "order", "type": "quantitative"}}}
+                         "color": {**_color("", order), "sort": order},
+                         "order": {"field": "order", "type": "quantitative"}}}
 
 
 def plot_data(frame: pd.DataFrame, chart: run_views.Chart) -> AltairPlotData:
@@ -65,9 +70,13 @@ def chart_update(frame: pd.DataFrame | None, chart: run_views.Chart) -> dict:
     return gr.update(value=plot_data(frame, chart), visible=True)
 
 
-def chart_updates(metrics: list[dict]) -> list[dict]:
-    """Every chart of run_views.CHARTS, in order, from a run's metric rows."""
-    return [chart_update(frame, chart) for frame, chart in zip(run_views.chart_frames(metrics), run_views.CHARTS)]
+def chart_updates(metrics: list[dict], shown: str | None = None) -> list[dict]:
+    """Every chart of run_views.CHARTS, in order, from a run's metric rows; the per-stage charts show stage
+    `shown` (None: the stage logged last), named in their title."""
+    stage = shown or run_views.current_stage(metrics)
+    return [chart_update(frame, chart._replace(title=f"{chart.title}: {stage}")
+                         if chart.stage == run_views.CURRENT_STAGE else chart)
+            for frame, chart in zip(run_views.chart_frames(metrics, shown), run_views.CHARTS)]
 
 
 def build_charts(per_row: int = 2) -> list[gr.Plot]:

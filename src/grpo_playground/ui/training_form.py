@@ -6,6 +6,7 @@ the same recipe, with the form's edits as `--set` arguments.
 
 from __future__ import annotations
 
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,9 +16,9 @@ from gradio.utils import get_upload_folder
 
 from grpo_playground import jobs
 from grpo_playground.cli.args import TrainArgs
-from grpo_playground.config import RunConfig, config_from_dict, config_to_dict, dump_recipe, load_recipe
+from grpo_playground.config import ConfigError, RunConfig, config_from_dict, config_to_dict, dump_recipe, load_recipe
 from grpo_playground.contracts.shipped import RECIPES_DIR, shipped_recipes
-from grpo_playground.ui.config_form import FormField, build_form, config_from_values, values_from_config
+from grpo_playground.ui.config_form import FormField, build_form, config_from_values, form_problems, values_from_config
 from grpo_playground.ui.training_api import USER_ERRORS, user_error
 
 DEFAULT_RECIPE = "quick"  # the whole story (SFT, pre-flight, GRPO) in minutes on 2 CPU cores
@@ -30,6 +31,17 @@ INTRO = ("Edit a recipe, start it as a background job, and watch SFT teach the f
 def initial_config() -> RunConfig:
     path = RECIPES_DIR / f"{DEFAULT_RECIPE}.yaml"
     return load_recipe(path) if path.exists() else RunConfig()
+
+
+def _plain(text: str) -> str:
+    """Text shown as written inside Markdown: keys such as grpo.max_completion_length or a value with * stay as they are."""
+    return re.sub(r"([\\`*_\[\]<>#|])", r"\\\1", text)
+
+
+def problems_markdown(problems: list[str]) -> str:
+    """Every problem of the form, one a line, each naming the field and the fix."""
+    count = f"{len(problems)} problems" if len(problems) > 1 else "1 problem"
+    return f"⚠ **Fix before starting ({count}):**\n" + "\n".join(f"- {_plain(p)}" for p in problems)
 
 
 def cli_for_recipe(recipe_file: str, stage: str, overrides: list[str] = ()) -> str:
@@ -134,8 +146,8 @@ def wire_form(part: FormPart, started: list, on_start) -> None:
     def check_form(stage_value, source, *values):
         try:
             config = config_from_values(specs, list(values))
-        except USER_ERRORS as exc:
-            return f"**Fix this before starting:** {exc}", gr.skip()
+        except USER_ERRORS:
+            return problems_markdown(form_problems(specs, list(values))), gr.skip()
         file, base = source
         try:
             edits = overrides_between(config_from_values(specs, values_from_config(specs, config_from_dict(base))),
@@ -161,7 +173,14 @@ def wire_form(part: FormPart, started: list, on_start) -> None:
     def start_from_form(stage_value, token_value, *values):
         try:
             jobs.check_owner(token_value)
-            info = jobs.start_run(config_from_values(specs, list(values)), stage_value, token_value)
+            config = config_from_values(specs, list(values))
+        except (ConfigError, ValueError):
+            raise gr.Error("Fix the recipe before starting: " + "; ".join(form_problems(specs, list(values))),
+                           print_exception=False) from None
+        except USER_ERRORS as exc:
+            raise user_error(exc) from None
+        try:
+            info = jobs.start_run(config, stage_value, token_value)
         except USER_ERRORS as exc:
             raise user_error(exc) from None
         return on_start(info)
@@ -170,7 +189,9 @@ def wire_form(part: FormPart, started: list, on_start) -> None:
     loaded_outputs = [*fields, part.message, part.cli, part.loaded_from]
     part.load.click(load_shipped, part.recipe_pick, loaded_outputs, **ui)
     part.upload.upload(load_uploaded, part.upload, loaded_outputs, **ui)
+    # always_last: an edit made while the previous check is still running is checked too (gradio's default, "once",
+    # dropped it, and the message kept describing the form before that edit)
     gr.on([c.input for c in fields] + [part.stage.change], check_form, [part.stage, part.loaded_from, *fields],
-          [part.message, part.cli], **ui)
+          [part.message, part.cli], trigger_mode="always_last", **ui)
     part.save.click(save_form, [part.token, *fields], [part.saved, part.cli, part.loaded_from], **ui)
     part.start.click(start_from_form, [part.stage, part.token, *fields], started, **ui)

@@ -14,9 +14,11 @@ import gradio as gr
 
 from grpo_playground import jobs
 from grpo_playground.contracts.layout import GGUF_TYPES
+from grpo_playground.jobs.comparisons import comparison_state, running_comparison
 from grpo_playground.jobs.exports import export_state
-from grpo_playground.run_layout import LOG_FILE, PREFLIGHT_FILE, read_json
-from grpo_playground.ui import run_views
+from grpo_playground.eval import results as eval_results
+from grpo_playground.run_layout import LOG_FILE, PREFLIGHT_FILE, TRAINED_STAGES, evals_dir, read_json, stage_done
+from grpo_playground.ui import run_summary, run_views
 from grpo_playground.ui.training_api import api_export, api_resume, api_stop
 from grpo_playground.ui.training_charts import build_charts, chart_update, chart_updates
 from grpo_playground.ui.training_history import HistoryPart, compare_metrics
@@ -37,15 +39,25 @@ class RunViewPart:
     message: gr.Markdown
     progress: gr.Markdown
     queue: gr.Markdown
+    summary: gr.Markdown  # a finished run's card
+    next_steps: gr.Row  # its buttons, shown with the card
+    next_export: gr.Button
+    next_chat: gr.Button
+    next_eval: gr.Button
+    chart_stage: gr.Radio  # which stage the per-stage charts show
     charts: list[gr.Plot]  # one per run_views.CHARTS
     preflight_verdict: gr.Markdown
-    findings: gr.Dataframe
+    findings_caption: gr.Markdown
+    findings: gr.HTML
     samples: SamplesPart
     preflight: gr.JSON
     log: gr.Code
+    export_stage: gr.Radio
     gguf_types: gr.Dropdown
     export: gr.Button
     export_status: gr.Markdown
+    export_files: gr.File
+    export_chat: gr.Button
 
 
 def build_run_view() -> RunViewPart:
@@ -53,32 +65,55 @@ def build_run_view() -> RunViewPart:
     the sample group, full reports, log and export follow below them."""
     with gr.Row():
         run_pick = gr.Dropdown([], label="Run", scale=3, elem_id="training-run")
-        stop = gr.Button("Stop (saves, then exits)", variant="stop", scale=1)
-        resume = gr.Button("Resume", scale=1)
+        # enabled by the tick only when they can act (a bright red Stop with nothing to stop misled)
+        stop = gr.Button("Stop (saves, then exits)", variant="stop", scale=1, interactive=False,
+                         elem_id="training-stop")
+        resume = gr.Button("Resume", scale=1, interactive=False, elem_id="training-resume")
     message = gr.Markdown(elem_id="training-run-msg")
     progress = gr.Markdown(elem_id="training-progress")
-    queue = gr.Markdown(elem_id="training-queue")
+    with gr.Row(visible=False) as next_steps:  # a finished run: its card and what to do next
+        with gr.Column(scale=3):
+            summary = gr.Markdown(elem_id="training-summary")
+        with gr.Column(scale=2, min_width=300), gr.Row():  # small buttons beside the card, not below it
+            next_export = gr.Button("Export it (GGUF)", variant="primary", size="sm", elem_id="training-next-export")
+            next_chat = gr.Button("Chat with it", size="sm", elem_id="training-next-chat")
+            next_eval = gr.Button("Evaluate it", size="sm", elem_id="training-next-eval")
+    with gr.Row(equal_height=True):
+        queue = gr.Markdown(elem_id="training-queue")
+        chart_stage = gr.Radio([("loss, learning rate, step time: the current stage", run_views.CURRENT_STAGE),
+                                *[(s, s) for s in TRAINED_STAGES]],
+                               value=run_views.CURRENT_STAGE, label="Stage the per-stage charts show",
+                               container=False, scale=2, elem_id="training-chart-stage")
     with gr.Row():
-        with gr.Column(scale=3, min_width=480):
+        with gr.Column(scale=2, min_width=480):  # the charts get two thirds: GRPO's ticks and legends need it
             charts = build_charts()
-        with gr.Column(scale=2, min_width=320):
+        with gr.Column(scale=1, min_width=300):
             preflight_verdict = gr.Markdown(elem_id="training-preflight")
-            findings = gr.Dataframe(run_views.findings_table([]), wrap=True, interactive=False, max_height=320,
-                                    label="Doctor: what the metrics say, and the knob to turn (empty: no collapse seen)",
-                                    elem_id="training-findings")
+            findings_caption = gr.Markdown(run_views.findings_caption([]), elem_id="training-findings-caption")
+            findings = gr.HTML("", elem_id="training-findings", padding=False)
     samples = build_samples()
     with gr.Accordion("Pre-flight report in full: tag tokens, rendered prompt, sampled groups", open=False):
         preflight = gr.JSON(label=PREFLIGHT_FILE)
     with gr.Accordion("Log (tail)", open=False):
         log = gr.Code(label=LOG_FILE, language=None, lines=20)
+    gr.Markdown("### Export", elem_id="training-export-heading")
     with gr.Row():
+        export_stage = gr.Radio(list(TRAINED_STAGES), value=TRAINED_STAGES[-1], label="Stage to export",
+                                info="grpo: the trained run; sft: the format-only starting point", scale=1,
+                                elem_id="training-export-stage")
         gguf_types = gr.Dropdown(list(GGUF_TYPES), value=["q4_k_m"], multiselect=True, label="GGUF types",
                                  info="f16 is always written; q4_k_m is the seed's choice for llama.cpp / Ollama",
-                                 scale=3)
+                                 scale=2)
         export = gr.Button("Export GGUF", scale=1, elem_id="training-export-button")
     export_status = gr.Markdown(elem_id="training-export")
-    return RunViewPart(gr.State(None), gr.State(None), run_pick, stop, resume, message, progress, queue, charts,
-                       preflight_verdict, findings, samples, preflight, log, gguf_types, export, export_status)
+    with gr.Row():
+        export_files = gr.File(label="Download", file_count="multiple", interactive=False, visible=False, scale=3,
+                               elem_id="training-export-files")
+        export_chat = gr.Button("Chat with it", visible=False, scale=1, elem_id="training-export-chat")
+    return RunViewPart(gr.State(None), gr.State(None), run_pick, stop, resume, message, progress, queue, summary,
+                       next_steps, next_export, next_chat, next_eval, chart_stage, charts, preflight_verdict,
+                       findings_caption, findings, samples, preflight, log, export_stage, gguf_types, export,
+                       export_status, export_files, export_chat)
 
 
 # --- one timer tick ---------------------------------------------------------------------------------------
@@ -104,23 +139,33 @@ class Tick:
     history: object = field(default_factory=gr.skip)
     compare: object = field(default_factory=gr.skip)
     export_status: object = field(default_factory=gr.skip)
+    export_files: object = field(default_factory=gr.skip)
+    export_chat: object = field(default_factory=gr.skip)
+    export_stage: object = field(default_factory=gr.skip)
     message: object = field(default_factory=gr.skip)
+    stop: object = field(default_factory=gr.skip)
+    resume: object = field(default_factory=gr.skip)
+    summary: object = field(default_factory=gr.skip)
+    next_steps: object = field(default_factory=gr.skip)
+    findings_caption: object = field(default_factory=gr.skip)
 
 
 def tick_updates(tick: Tick, run: RunViewPart, history: HistoryPart) -> dict:
     """The one place a Tick meets the components."""
     return {run.view: tick.view, run.run_pick: tick.run_pick, run.progress: tick.progress, run.queue: tick.queue,
             **dict(zip(run.charts, tick.charts, strict=True)), run.samples.caption: tick.caption,
-            run.samples.table: tick.samples, run.findings: tick.findings,
+            run.samples.table: tick.samples, run.findings: tick.findings, run.findings_caption: tick.findings_caption,
             run.preflight_verdict: tick.preflight_verdict, run.preflight: tick.preflight, run.log: tick.log,
             history.table: tick.history, history.compare_plot: tick.compare, run.export_status: tick.export_status,
-            run.message: tick.message}
+            run.export_files: tick.export_files, run.export_chat: tick.export_chat,
+            run.export_stage: tick.export_stage, run.message: tick.message, run.stop: tick.stop,
+            run.resume: tick.resume, run.summary: tick.summary, run.next_steps: tick.next_steps}
 
 
 def _new_view(run_id: str | None) -> dict:
     return {"run_id": run_id, "feed": jobs.RunFeed(jobs.run_path(run_id)) if run_id else None,
             "log": None, "history": None, "status": None, "preflight_mtime": UNREAD, "export": None,
-            "later_stages": None}
+            "later_stages": None, "chart_stage": None, "evals_mtime": UNREAD, "stages_done": None}
 
 
 def pick_default(infos: list[jobs.RunInfo]) -> str | None:
@@ -130,11 +175,12 @@ def pick_default(infos: list[jobs.RunInfo]) -> str | None:
 
 
 def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_key: str | None,
-         message_for: list | None = None) -> Tick:
+         message_for: list | None = None, chart_stage: str | None = None) -> Tick:
     """One timer tick: refresh what changed, gr.skip() the rest (a tick must stay cheap on 2 cores).
 
     message_for is [run id, state] of the last button message: once that run's state moves on, the message
-    is stale and is cleared (the progress line says the current state)."""
+    is stale and is cleared (the progress line says the current state). chart_stage: the stage the per-stage
+    charts show (run_views.CURRENT_STAGE or None: the stage logged last)."""
     infos = jobs.list_runs()
     ids = [i.run_id for i in infos]
     picked = run_id in ids
@@ -157,9 +203,13 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
         tick.history = run_views.history_table(infos)
     queue = [i.run_id for i in jobs.queue_order(infos)]
     tick.queue = ("Queue (one training job at a time): " + ", ".join(queue)) if queue else "Queue: empty"
+    comparison = running_comparison()
+    if comparison and comparison_state(comparison)["state"] == "running":  # its arms train in the same slot
+        tick.queue += f" · the training slot is held by the comparison **{comparison}** (Evaluate tab)"
     if run_id is None:
         tick.progress = "No runs yet: pick a recipe in **1. Set up a run** and press Start."
         tick.charts = [chart_update(None, chart) for chart in run_views.CHARTS]
+        tick.stop, tick.resume = control_updates(None)
         return tick
     feed = view["feed"]
     changed = feed.poll() or view["status"] is None
@@ -170,35 +220,90 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
         view["later_stages"] = run_views.later_stage_budgets(info)
     if changed or status_changed:
         tick.progress = run_views.progress_markdown(info, feed.metrics, view["later_stages"])
+        tick.stop, tick.resume = control_updates(info)
+    shown_stage = None if chart_stage in (None, run_views.CURRENT_STAGE) else chart_stage
+    if changed or shown_stage != view["chart_stage"]:
+        view["chart_stage"] = shown_stage
+        tick.charts = chart_updates(feed.metrics, shown_stage)
     if changed:
         sample = feed.samples[-1] if feed.samples else None
-        tick.charts = chart_updates(feed.metrics)
         tick.caption = run_views.sample_caption(sample)
         tick.samples = run_views.sample_table(sample)
-        tick.findings = run_views.findings_table(run_views.doctor_findings(feed.findings, feed.metrics))
+        findings = run_views.doctor_findings(feed.findings, feed.metrics)
+        tick.findings, tick.findings_caption = run_views.findings_html(findings), run_views.findings_caption(findings)
         tick.compare = compare_metrics(run_id, feed.metrics, compare_id, compare_key)
-    _read_preflight(tick, info.path)
+    preflight_changed = _read_preflight(tick, info.path)
+    _summary(tick, info, changed or status_changed or preflight_changed)
     log = jobs.read_log_tail(info.path)
     if log != view["log"]:
         tick.log = view["log"] = log
-    exported = export_state(info.path)
-    if exported != view["export"]:
-        tick.export_status = run_views.export_markdown(exported)
-        view["export"] = exported
+    _export_panel(tick, info)
     if message_for and (message_for[0] != run_id or message_for[1] != info.state):
         tick.message = ""  # stale: that run's state has moved on
     return tick
 
 
-def _read_preflight(tick: Tick, run_dir: Path) -> None:
-    """The verdict in words and the full report, read again only when preflight.json changes."""
+def control_updates(info: jobs.RunInfo | None) -> tuple[dict, dict]:
+    """Stop and Resume, each enabled only when it can act on the run on screen."""
+    state = info.state if info else None
+    return gr.update(interactive=state in jobs.ACTIVE_STATES), gr.update(interactive=state in ("stopped", "failed"))
+
+
+def _summary(tick: Tick, info: jobs.RunInfo, changed: bool) -> None:
+    """A finished run's card and its next-step buttons, re-read when the run or the saved evaluations change."""
+    folder = evals_dir()
+    evals_mtime = folder.stat().st_mtime if folder.is_dir() else None
+    if not changed and evals_mtime == tick.view["evals_mtime"]:
+        return
+    tick.view["evals_mtime"] = evals_mtime
+    feed = tick.view["feed"]
+    sample = feed.samples[-1] if feed.samples else None
+    results = eval_results.load_results() if info.state == "finished" else []
+    text = run_summary.summary_markdown(info, feed.metrics, sample, read_json(info.path / PREFLIGHT_FILE), results)
+    tick.summary, tick.next_steps = text, gr.update(visible=bool(text))
+
+
+def _export_panel(tick: Tick, info: jobs.RunInfo) -> None:
+    """The export's state in words, its files to download, and the stages that can be exported."""
+    view = tick.view
+    done = [s for s in TRAINED_STAGES if stage_done(info.path, s)]
+    if done != view["stages_done"]:
+        view["stages_done"] = done
+        tick.export_stage = gr.update(choices=done or list(TRAINED_STAGES),
+                                      value=done[-1] if done else TRAINED_STAGES[-1])
+    exported = export_state(info.path)
+    if exported == view["export"]:
+        return
+    view["export"] = exported
+    tick.export_status = run_views.export_markdown(exported)
+    files = exported["files"] if exported["state"] == "finished" else []
+    serve_files(files)
+    tick.export_files = gr.update(value=files or None, visible=bool(files))
+    tick.export_chat = gr.update(visible=any(f.endswith(".gguf") for f in files))
+
+
+_SERVED: set[str] = set()
+
+
+def serve_files(paths: list[str]) -> None:
+    """Let the browser download these exported files straight from the run folder (gradio would otherwise copy
+    each GGUF, gigabytes, into its cache): only these files, not the folder around them."""
+    fresh = [p for p in paths if p not in _SERVED]
+    if fresh:
+        gr.set_static_paths(fresh)
+        _SERVED.update(fresh)
+
+
+def _read_preflight(tick: Tick, run_dir: Path) -> bool:
+    """The verdict in words and the full report, read again only when preflight.json changes (True then)."""
     path = run_dir / PREFLIGHT_FILE
     mtime = path.stat().st_mtime if path.exists() else None
     if mtime == tick.view["preflight_mtime"]:
-        return
+        return False
     tick.view["preflight_mtime"] = mtime
     report = read_json(path) if mtime else None
     tick.preflight_verdict, tick.preflight = run_views.preflight_markdown(report), report
+    return True
 
 
 # --- listeners --------------------------------------------------------------------------------------------
@@ -210,9 +315,9 @@ def started_updates(run: RunViewPart, screens: gr.Tabs, info: jobs.RunInfo) -> d
             run.message_for: [info.run_id, info.state], screens: gr.Tabs(selected=LIVE_SCREEN)}
 
 
-def wire_run_view(run: RunViewPart, history: HistoryPart, timer: gr.Timer, token: gr.Textbox) -> None:
+def wire_run_view(run: RunViewPart, history: HistoryPart, timer: gr.Timer, token: gr.Textbox, screens: gr.Tabs) -> None:
     """The run view's listeners; `token` is the owner token box (on the setup screen) that Stop, Resume and
-    Export send."""
+    Export send; `screens` holds this screen (LIVE_SCREEN), opened on page load while a job runs."""
     def shown_run(run_id, view):
         """The picked run, else the one the live view shows, else the one it is about to show (a Stop pressed
         right after page load, before the picker was filled, means the run on screen)."""
@@ -231,27 +336,33 @@ def wire_run_view(run: RunViewPart, history: HistoryPart, timer: gr.Timer, token
         state = api_resume(run_id, token_value)["state"]
         return f"Resuming **{run_id}** ({state}) from its last checkpoint.", [run_id, state]
 
-    def export_selected(run_id, view, types, token_value):
+    def export_selected(run_id, view, stage, types, token_value):
         run_id = shown_run(run_id, view)
-        api_export(run_id, types, token_value)
+        api_export(run_id, types, token_value, stage)
         return run_views.export_markdown(export_state(jobs.run_path(run_id)))
 
     def initial_pick():
-        """On page load: the run the tab will show, so the picker is never empty while a run is on screen."""
+        """On page load: the run the tab will show, so the picker is never empty while a run is on screen; while
+        a job runs, its live screen (a reopened browser landed on "Set up a run", saying nothing of it)."""
         infos = jobs.list_runs()
-        return gr.Dropdown(choices=[i.run_id for i in infos], value=pick_default(infos))
+        shown = next((i for i in infos if i.run_id == pick_default(infos)), None)
+        active = any(i.state in jobs.ACTIVE_STATES for i in infos)
+        return (gr.Dropdown(choices=[i.run_id for i in infos], value=shown and shown.run_id),
+                gr.Tabs(selected=LIVE_SCREEN) if active else gr.skip(), *control_updates(shown))
 
-    def tick(run_id, view, compare_id, compare_key, message_for):
-        return tick_updates(poll(run_id, view, compare_id, compare_key, message_for), run, history)
+    def tick(run_id, view, compare_id, compare_key, message_for, chart_stage):
+        return tick_updates(poll(run_id, view, compare_id, compare_key, message_for, chart_stage), run, history)
 
     ui = dict(api_visibility="private")
     message_outputs = [run.message, run.message_for]
     run.stop.click(stop_selected, [run.run_pick, run.view, token], message_outputs, **ui)
     run.resume.click(resume_selected, [run.run_pick, run.view, token], message_outputs, **ui)
-    run.export.click(export_selected, [run.run_pick, run.view, run.gguf_types, token], run.export_status, **ui)
-    gr.on(None, initial_pick, None, run.run_pick, **ui)  # no triggers: runs on page load
-    # a user picking a run sees it at once; otherwise the timer refreshes every POLL_S
+    export_inputs = [run.run_pick, run.view, run.export_stage, run.gguf_types, token]
+    run.export.click(export_selected, export_inputs, run.export_status, **ui)
+    run.next_export.click(export_selected, export_inputs, run.export_status, **ui)
+    gr.on(None, initial_pick, None, [run.run_pick, screens, run.stop, run.resume], **ui)  # on page load
+    # a user picking a run (or a chart stage) sees it at once; otherwise the timer refreshes every POLL_S
     outputs = list(tick_updates(Tick(None), run, history))
-    gr.on([timer.tick, run.run_pick.input], tick,
-          [run.run_pick, run.view, history.compare_run, history.compare_key, run.message_for], outputs,
-          show_progress="hidden", **ui)
+    gr.on([timer.tick, run.run_pick.input, run.chart_stage.input], tick,
+          [run.run_pick, run.view, history.compare_run, history.compare_key, run.message_for, run.chart_stage],
+          outputs, show_progress="hidden", **ui)

@@ -47,7 +47,7 @@ def create_training_tab() -> TrainingTab:
         gr.api(fn, api_name=name)
     started = [run.run_pick, run.message, run.message_for, screens]
     wire_form(form, started, lambda info: started_updates(run, screens, info))
-    wire_run_view(run, history, timer, form.token)
+    wire_run_view(run, history, timer, form.token, screens)
     wire_history(history, run.run_pick, screens, LIVE_SCREEN)
     return TrainingTab(form, run, history, screens)
 

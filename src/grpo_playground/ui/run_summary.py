@@ -1,0 +1,115 @@
+"""What a finished run says, and where to go next: its time, where its reward ended, how often it wrote the
+format, its accuracy if it was evaluated (a summary card), and the buttons Export / Chat with it / Evaluate it.
+
+The card is computed from the run folder and the saved evaluations (pure reads, no torch). The buttons reach into
+the Chat and Evaluate tabs, so `link_next_steps` is wired by the app once every tab exists.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import gradio as gr
+
+from grpo_playground import jobs
+from grpo_playground.eval import results as store
+from grpo_playground.rewards.group import explain_extraction
+from grpo_playground.run_layout import TRAINED_STAGES, adapter_dir, run_settings, stage_done
+from grpo_playground.step_timing import clock
+from grpo_playground.tags import DEFAULT_TAGS
+
+
+def _format_rate(sample: dict | None, run_dir: Path) -> str:
+    """The share of the last sampled group in the run's strict format (its own tags)."""
+    completions = [str(c) for c in (sample or {}).get("completions") or []]
+    if not completions:
+        return ""
+    try:
+        settings = run_settings(run_dir)
+    except (OSError, ValueError):
+        settings = None
+    tags = settings.tags if settings else DEFAULT_TAGS
+    in_format = sum(explain_extraction(c, tags)[0] is not None for c in completions)
+    return f"{in_format}/{len(completions)} of the last sampled group in the format"
+
+
+def _accuracy(run_dir: Path, results: list[dict]) -> list[str]:
+    """The newest saved evaluation of each of the run's stages."""
+    lines = []
+    for result in store.latest_per_checkpoint(results):
+        model = Path(result["model"])
+        if model.is_absolute() and model.parent == run_dir.resolve():
+            lines.append(f"{model.name} accuracy **{100 * float(result['accuracy']):.1f}%** "
+                         f"(format {100 * float(result['format_rate']):.1f}%, {result['data']}, n={result['n']})")
+    return lines
+
+
+def summary_markdown(info: jobs.RunInfo, metrics: list[dict], sample: dict | None, preflight: dict | None,
+                     results: list[dict]) -> str:
+    """The card of a finished run, two short lines beside its next-step buttons ('' for any other state: the
+    progress line says where it is)."""
+    if info.state != "finished":
+        return ""
+    stage_seconds = {s: v for s, v in (info.status.get("stage_seconds") or {}).items() if isinstance(v, (int, float))}
+    head = "**Finished**"
+    if stage_seconds:
+        head += f" in {clock(sum(stage_seconds.values()))} (" + \
+            ", ".join(f"{s} {clock(v)}" for s, v in stage_seconds.items()) + ")"
+    elif info.status.get("started") and info.status.get("updated"):
+        head += f" in {clock(float(info.status['updated']) - float(info.status['started']))}"
+    facts = []
+    rewards = [m["reward"] for m in metrics if m.get("stage") == "grpo" and isinstance(m.get("reward"), (int, float))]
+    if rewards:
+        facts.append(f"GRPO reward {rewards[0]:.2f} -> **{rewards[-1]:.2f}**")
+    rate = _format_rate(sample, info.path)
+    if rate:
+        facts.append(rate)
+    if preflight and isinstance(preflight.get("format_rate"), (int, float)):
+        facts.append(f"{100 * preflight['format_rate']:.0f}% in the format at the pre-flight")
+    accuracy = _accuracy(info.path, results)
+    facts += accuracy or ["accuracy: not evaluated yet"]
+    return head + " · " + " · ".join(facts[:2]) + ("  \n" + " · ".join(facts[2:]) if facts[2:] else "")
+
+
+def chat_choice(run_id: str, choices: list[tuple[str, str]]) -> str | None:
+    """The run's first chat target among `choices` (a GGUF of its export is listed first), None when none."""
+    folder = f"{os.sep}{run_id}{os.sep}"  # run ids are unique folder names; the keys hold the paths as found
+    return next((key for _, key in choices if key and folder in key), None)
+
+
+def eval_checkpoints(run_id: str) -> list[str]:
+    """The run's trained stages as Evaluate tab values (adapter folders)."""
+    run = jobs.run_path(run_id)
+    return [str(adapter_dir(run, s)) for s in TRAINED_STAGES if stage_done(run, s)]
+
+
+def link_next_steps(buttons: list[gr.Button], shown_run: gr.State, tabs: gr.Tabs, chat_picker: gr.Dropdown,
+                    eval_picker: gr.Dropdown, message: gr.Markdown) -> None:
+    """'Chat with it' buttons (several: the summary's, the export panel's) open the Chat tab with the run's model
+    picked; the last of `buttons` is 'Evaluate it', which opens the Evaluate tab with the run's stages picked.
+    `shown_run` is the live view's state (its "run_id")."""
+    from grpo_playground.ui.chat_tab import target_choices
+
+    def chat_with(view):
+        run_id = (view or {}).get("run_id")
+        choices = target_choices()
+        key = chat_choice(run_id, choices) if run_id else None
+        if key is None:
+            return {message: f"**{run_id}** has nothing to chat with yet: export it to GGUF first (llama.cpp chats "
+                             "with GGUF files; a GPU with vLLM chats with the LoRA folder)."}
+        return {chat_picker: gr.Dropdown(choices=choices, value=key), tabs: gr.Tabs(selected="chat")}
+
+    def evaluate(view):
+        run_id = (view or {}).get("run_id")
+        picked = eval_checkpoints(run_id) if run_id else []
+        if not picked:
+            return {message: f"**{run_id}** has no trained stage to evaluate yet."}
+        return {eval_picker: gr.Dropdown(choices=store.list_checkpoints(), value=picked),
+                tabs: gr.Tabs(selected="evaluate")}
+
+    ui = dict(api_visibility="private")
+    *chat_buttons, eval_button = buttons
+    for button in chat_buttons:
+        button.click(chat_with, shown_run, [chat_picker, tabs, message], **ui)
+    eval_button.click(evaluate, shown_run, [eval_picker, tabs, message], **ui)
