@@ -20,6 +20,7 @@ import pytest
 
 from grpo_playground.config import apply_overrides, dump_recipe, load_recipe
 from grpo_playground.data import load_examples
+from grpo_playground.serving.targets import run_name
 
 pytestmark = pytest.mark.slow  # a real training job, export and llama.cpp server
 
@@ -183,6 +184,12 @@ def test_export_the_run_to_gguf(page, expect, screenshot, flow):
     flow["gguf"] = gguf
 
 
+def gguf_entry(gguf: Path) -> str:
+    """What the Chat tab's picker shows for a run's exported GGUF: `RUN · STAGE · QUANT` (runs/RUN/export/STAGE/...)."""
+    run, stage = gguf.parents[2].name, gguf.parent.name
+    return f"{run_name(run)[0]} · {stage} · {gguf.name.removesuffix('.gguf').rsplit('.', 1)[1]}"
+
+
 def ask_in_chat(page, expect, target_text: str, question: str, gold: str) -> list[int]:
     """Pick the checkpoint whose label contains target_text, send the question; returns the reply's lengths
     as the browser saw them change (a streamed reply grows in several steps)."""
@@ -213,12 +220,12 @@ def ask_in_chat(page, expect, target_text: str, question: str, gold: str) -> lis
 def test_chat_with_the_gguf_streams_a_scored_reply(page, expect, screenshot, flow):
     gguf = need(flow, "gguf")
     example = load_examples("generator:test", n=1).examples[0]
-    lengths = ask_in_chat(page, expect, gguf.name, example["problem"], example["answer"])
+    lengths = ask_in_chat(page, expect, gguf_entry(gguf), example["problem"], example["answer"])
     grown = sorted({n for n in lengths if n > 0})
     assert len(grown) >= 2, f"the reply appeared in one piece (lengths seen: {lengths}), not streamed"
     scores = page.locator("#chat-scores").inner_text()
     for reward in ("match_format_approximately", "check_answer", "check_numbers", "total"):
         assert reward in scores
-    assert gguf.name in page.locator("#chat-model-1 input").input_value()
+    assert gguf_entry(gguf) in page.locator("#chat-model-1 input").input_value()
     screenshot(page, "chat-scored")
     region_screenshot(page, "chat-scored", "#chat-model-1", "#chat-scores")

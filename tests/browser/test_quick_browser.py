@@ -19,7 +19,7 @@ import pytest
 
 from grpo_playground.config import load_recipe
 from grpo_playground.data import load_examples
-from test_e2e_flow import EXPORT_TIMEOUT_MS, ask_in_chat, region_screenshot
+from test_e2e_flow import EXPORT_TIMEOUT_MS, ask_in_chat, gguf_entry, region_screenshot
 
 pytestmark = pytest.mark.slow  # a real training job, export and llama.cpp server
 
@@ -77,7 +77,7 @@ def test_quick_recipe_runs_to_the_end_in_five_minutes_then_chats(page, expect, s
     gguf = run_dir / "export" / "grpo" / written.group(1)
     assert run_dir in gguf.parents and gguf.is_file()
     example = load_examples(QUICK.data.eval_source, n=1).examples[0]
-    lengths = ask_in_chat(page, expect, gguf.name, example["problem"], example["answer"])
+    lengths = ask_in_chat(page, expect, gguf_entry(gguf), example["problem"], example["answer"])
     assert max(lengths) > 0, "the exported model gave no reply"
     assert "total" in page.locator("#chat-scores").inner_text()  # the reply was scored by the rewards
     screenshot(page, "chat")

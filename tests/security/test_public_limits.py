@@ -175,7 +175,7 @@ def test_a_recipe_weight_that_would_overflow_is_refused():
     from grpo_playground.config import ConfigError
     from grpo_playground.config.recipe_io import config_from_dict, safe_yaml
 
-    with pytest.raises(ConfigError, match=re.escape("rewards.weights.check_answer=1e+308: must lie in -1000000.0 .. 1000000.0")):
+    with pytest.raises(ConfigError, match=re.escape("rewards.weights.check_answer=1e+308: must be between -1000000.0 and 1000000.0")):
         config_from_dict(safe_yaml("rewards: {weights: {check_answer: 1e308}}"))
 
 

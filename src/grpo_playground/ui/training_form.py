@@ -107,7 +107,8 @@ def build_form_part() -> FormPart:
             message = gr.Markdown(elem_id="training-form-msg")
             default_file = f"recipes/{DEFAULT_RECIPE}.yaml"
             cli = gr.Code(cli_for_recipe(default_file, "all"), label="Equivalent CLI (the loaded recipe plus your edits)",
-                          language="shell", elem_id="training-cli", wrap_lines=True, lines=2, max_lines=6)
+                          language="shell", elem_id="training-cli", wrap_lines=True, lines=1, max_lines=4,
+                          show_line_numbers=False)
             with gr.Row():
                 upload = gr.File(label="Upload a recipe (.yaml)", file_types=[".yaml", ".yml"], type="filepath",
                                  height=120, scale=2)
