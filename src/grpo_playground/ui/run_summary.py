@@ -72,10 +72,12 @@ def summary_markdown(info: jobs.RunInfo, metrics: list[dict], sample: dict | Non
     return head + " · " + " · ".join(facts[:2]) + ("  \n" + " · ".join(facts[2:]) if facts[2:] else "")
 
 
-def chat_choice(run_id: str, choices: list[tuple[str, str]]) -> str | None:
-    """The run's first chat target among `choices` (a GGUF of its export is listed first), None when none."""
-    folder = f"{os.sep}{run_id}{os.sep}"  # run ids are unique folder names; the keys hold the paths as found
-    return next((key for _, key in choices if key and folder in key), None)
+def chat_choice(run_id: str, targets: list) -> str | None:
+    """The key of the run's first chat target among `targets` (ChatTargets; a GGUF of its export is listed first),
+    None when none. Matched on the files' paths: the keys are digests that name no path."""
+    folder = f"{os.sep}{run_id}{os.sep}"  # run ids are unique folder names
+    return next((t.key for t in targets if folder in f"{t.model}{os.sep}" or folder in f"{t.lora or ''}{os.sep}"),
+                None)
 
 
 def eval_checkpoints(run_id: str) -> list[str]:
@@ -89,12 +91,12 @@ def link_next_steps(buttons: list[gr.Button], shown_run: gr.State, tabs: gr.Tabs
     """'Chat with it' buttons (several: the summary's, the export panel's) open the Chat tab with the run's model
     picked; the last of `buttons` is 'Evaluate it', which opens the Evaluate tab with the run's stages picked.
     `shown_run` is the live view's state (its "run_id")."""
-    from grpo_playground.ui.chat_tab import target_choices
+    from grpo_playground.ui.chat_tab import runnable_targets, target_choices
 
     def chat_with(view):
         run_id = (view or {}).get("run_id")
         choices = target_choices()
-        key = chat_choice(run_id, choices) if run_id else None
+        key = chat_choice(run_id, runnable_targets()) if run_id else None
         if key is None:
             return {message: f"**{run_id}** has nothing to chat with yet: export it to GGUF first (llama.cpp chats "
                              "with GGUF files; a GPU with vLLM chats with the LoRA folder)."}
