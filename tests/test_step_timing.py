@@ -146,3 +146,22 @@ def test_the_vllm_eval_backend_sizes_its_share_from_the_model(monkeypatch, tmp_p
         vocab_size=49152, tie_word_embeddings=True)))
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=143771 * 2**20))
     assert 0.05 <= eval_memory_share(tmp_path) <= 0.1  # SmolLM2 on an H200: ~11 GiB, not the 98 GiB of a fixed 0.7
+
+
+def test_a_stop_asked_at_the_last_step_lets_the_stage_finish(tmp_path):
+    """A stop seen at step max_steps used to save a 'stopped' checkpoint there; its resume then ran a step past
+    max_steps (CI: status step 5 of 4). Before the last step the stop still saves and stops."""
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl
+
+    from grpo_playground.training.callbacks import RunCallback
+    from grpo_playground.training.run_folder import RunFolder
+
+    folder = RunFolder(tmp_path)
+    (tmp_path / "stop.request").touch()
+    args = SimpleNamespace(world_size=1)
+    for step, stops in ((3, True), (4, False)):
+        callback = RunCallback(folder, "grpo", None, [], None)
+        control = callback.on_step_end(args, SimpleNamespace(global_step=step, max_steps=4), TrainerControl())
+        assert (control.should_training_stop, callback.stopped_by) == (stops, "stop" if stops else ""), step

@@ -59,22 +59,23 @@ def test_sft_then_grpo_stop_and_resume(tmp_path):
     log = open(tmp_path / "log.txt", "w")
     proc = subprocess.Popen(cli("--run-dir", str(run_dir)), cwd=ROOT, env=env(), stdout=log, stderr=subprocess.STDOUT)
     # Ask for a stop once GRPO has logged its second step: the job must save at the next step boundary after
-    # the last step seen (the 0.5-s poll can see a later step than the second when steps are fast).
+    # the last step seen (a poll can see a later step than the second when steps are fast).
     deadline, seen = time.time() + 600, 0
     while time.time() < deadline and proc.poll() is None:
         seen = max([r["step"] for r in rows(run_dir / "metrics.jsonl") if r["stage"] == "grpo"], default=0)
         if seen >= 2:
             (run_dir / "stop.request").touch()
             break
-        time.sleep(0.5)
+        time.sleep(0.05)  # steps here take a fraction of a second: a slower poll can miss step 2
     assert proc.wait(timeout=300) == 0, (tmp_path / "log.txt").read_text()[-3000:]
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "stopped" and status["stage"] == "grpo", status
     checkpoints = list((run_dir / "checkpoints" / "grpo").glob("checkpoint-*"))
     assert checkpoints, "a stop must leave a checkpoint (save_steps=100 never saves on its own here)"
     stopped_at = max(int(p.name.split("-")[1]) for p in checkpoints)
-    # saved at the end of the step in flight when the request came, or of the next if it came as that one ended
-    assert 2 <= seen <= stopped_at <= seen + 2, (seen, stopped_at)
+    # saved at the end of the step in flight when the request came, or of the next if it came as that one ended;
+    # never at the last step (4): a stop asked there lets the stage finish
+    assert 2 <= seen <= stopped_at <= min(seen + 2, 3), (seen, stopped_at)
     assert not (run_dir / "grpo").exists(), "a stopped stage has no final adapter yet"
     # The KL reference is a frozen copy of the starting (SFT) adapter inside the same PEFT model, never a
     # second model: TRL saves it as the "ref" adapter next to the trained one.

@@ -117,6 +117,8 @@ class RunCallback(TrainerCallback):
             self.stopped_by = "time"
         if args.world_size > 1 and any_process(bool(self.stopped_by)) and not self.stopped_by:
             self.stopped_by = "stop"  # another GPU's process saw the request: stop at the same step, together
+        if self.stopped_by and state.max_steps and state.global_step >= state.max_steps:
+            self.stopped_by = ""  # asked at the last step: the stage ends as finished (a resume would run past it)
         if self.stopped_by:
             # Trainer saves a checkpoint right after this callback when should_save is set, then leaves its loop.
             control.should_save = True
