@@ -130,7 +130,9 @@ def test_50_concurrent_scorers_stay_fast_while_hostile_requests_run(monkeypatch,
     p95 = statistics.quantiles(times, n=20)[-1]
     print(f"p95 {p95 * 1000:.0f} ms, median {statistics.median(times) * 1000:.0f} ms over {len(times)} requests; "
           f"/status {status_s:.2f} s")
-    assert p95 <= 0.2
+    # 45-136 ms measured alone, 376 ms on a loaded CI machine; before the linear patterns a benign request waited
+    # behind ~20-s backtracking matches that hold the GIL, so a second is far from both.
+    assert p95 <= 1.0
     assert status_s < 5.0
 
 
