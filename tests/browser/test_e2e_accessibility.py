@@ -100,6 +100,34 @@ def test_keyboard_reaches_start_and_switches_tabs(page, expect):
     expect(sandbox).to_have_attribute("aria-selected", "true")
 
 
+MAX_TABS_TO_START = 5  # it took 21 presses: the tabs, the screens and every section of the recipe form came first
+
+
+def focused_text(page) -> str:
+    return page.evaluate("document.activeElement && document.activeElement.innerText || ''").strip()
+
+
+@pytest.mark.parametrize("shown_tab", ["Training", "Chat"])
+def test_start_is_a_few_key_presses_from_page_load(page, expect, shown_tab):
+    """From a freshly loaded page (and from another tab), a few presses of Tab reach the "Skip to Start" link, which
+    shows itself and whose Enter focuses Start: a keyboard user does not walk the whole recipe form first."""
+    page.get_by_role("tab", name=shown_tab).click()
+    page.locator("body").click(position={"x": 5, "y": 5})  # the focus back at the top, as on page load
+    for presses in range(1, MAX_TABS_TO_START + 1):
+        page.keyboard.press("Tab")
+        if focused_text(page) in ("Start", "Skip to Start"):
+            break
+    else:
+        pytest.fail(f"{MAX_TABS_TO_START} presses of Tab reached neither Start nor a skip link to it")
+    if focused_text(page) == "Skip to Start":
+        link = page.get_by_role("link", name="Skip to Start")
+        assert link.bounding_box()["y"] >= 0, "the focused skip link stays off screen: a sighted keyboard user misses it"
+        page.keyboard.press("Enter")
+    start = page.get_by_role("button", name="Start", exact=True)
+    expect(start).to_be_focused()
+    expect(start).to_be_in_viewport()
+
+
 def test_dark_mode_text_is_readable(request, browser, app_url, screenshot):
     # tests/browser/conftest.py's helpers (asked of pytest: `import conftest` may find tests/conftest.py)
     harness = request.config.pluginmanager.get_plugin(str(Path(__file__).with_name("conftest.py")))

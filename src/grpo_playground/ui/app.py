@@ -8,6 +8,7 @@ import signal
 import gradio as gr
 
 from grpo_playground.ui import chat_tab, compare_panel, eval_panel, run_summary, sandbox_tab, training_tab
+from grpo_playground.ui.skip_link import create_skip_link
 from grpo_playground.ui.public_limits import DELETE_CACHE, configure_queue, launch_settings
 
 TITLE = "GRPO Playground"
@@ -27,6 +28,7 @@ STYLE = """<style>
 
 def build_demo() -> gr.Blocks:
     with gr.Blocks(title=TITLE, delete_cache=DELETE_CACHE) as demo:
+        create_skip_link()
         gr.Markdown(f"# {TITLE}\nSFT teaches the format, GRPO teaches correctness: see why a reward moves or stays flat.")
         gr.HTML("", head=STYLE, padding=False)
         with gr.Tabs() as tabs:

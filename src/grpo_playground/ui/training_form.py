@@ -21,6 +21,7 @@ from grpo_playground.contracts.shipped import RECIPES_DIR, shipped_recipes
 from grpo_playground.ui.config_form import FormField, build_form, config_from_values, form_problems, values_from_config
 from grpo_playground.ui.training_api import USER_ERRORS, user_error
 
+START_ID = "training-start"  # the skip link (ui/skip_link.py) moves the focus here
 DEFAULT_RECIPE = "quick"  # the whole story (SFT, pre-flight, GRPO) in minutes on 2 CPU cores
 INTRO = ("Edit a recipe, start it as a background job, and watch SFT teach the format and GRPO teach correctness "
          "in **2. Live run**. Jobs keep running when you close the browser; come back any time. **New here?** "
@@ -101,7 +102,7 @@ def build_form_part() -> FormPart:
             with gr.Row(equal_height=True):
                 stage = gr.Dropdown(list(jobs.STAGES), value="all", label="Stage", scale=2,
                                     info="all: SFT then GRPO; preflight: only sample a few groups and score them")
-                start = gr.Button("Start", variant="primary", scale=1, elem_id="training-start")
+                start = gr.Button("Start", variant="primary", scale=1, elem_id=START_ID)
             token = gr.Textbox(label="Owner token", type="password", visible=jobs.owner_token_required(),
                                info="needed to start, stop, resume, export and save a recipe file on a shared app; visitors can watch")
             message = gr.Markdown(elem_id="training-form-msg")
