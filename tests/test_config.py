@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -160,3 +161,48 @@ def test_old_key_names_load_as_trls_with_a_warning_naming_the_new_one():
         recipe_from_text("sft:\n  epochs: 3\n  num_train_epochs: 2\n")
     with pytest.warns(FutureWarning):
         load_recipe(ROOT / "results" / "gpu" / "h200_seed_regime" / "grpo_a" / "recipe.yaml")
+
+
+# The form shows the run's own keys as a "run" section; a recipe written the way the form reads must load.
+RUN_SECTION_RECIPE = "run:\n  name: from-the-form\ngrpo:\n  max_steps: 3\n"
+
+
+def test_a_run_section_loads_from_a_file_the_cli_and_round_trips_through_the_form(tmp_path, capsys):
+    from grpo_playground.cli.train import main as train_main
+    from grpo_playground.config import dump_recipe
+    from grpo_playground.ui.config_form import config_from_values, form_fields, values_from_config
+
+    recipe = tmp_path / "from-form.yaml"
+    recipe.write_text(RUN_SECTION_RECIPE)
+    cfg = load_recipe(recipe)
+    assert (cfg.name, cfg.grpo.max_steps) == ("from-the-form", 3)
+    assert [spec.key for spec in form_fields() if spec.section is None] == ["name"]  # every key the run section shows
+    # --config: the recipe loads (the error that follows is about --resume, checked only after loading)
+    assert train_main(["--config", str(recipe), "--resume"]) == 2
+    assert "--resume needs --run-dir" in capsys.readouterr().err
+    # form -> YAML (Save recipe) -> form: the same values
+    specs = form_fields()
+    values = values_from_config(specs, cfg)
+    saved = tmp_path / "saved.yaml"
+    saved.write_text(dump_recipe(config_from_values(specs, values)))
+    assert values_from_config(specs, load_recipe(saved)) == values
+    assert apply_overrides(cfg, ["run.name=renamed"]).name == "renamed"
+
+
+@pytest.mark.parametrize("text, words", [
+    ("run:\n  nmae: x\n", "run.nmae='x': unknown key (did you mean 'name'?); valid: name"),
+    ("name: a\nrun:\n  name: b\n", "run.name='b': is set top-level too"),
+    ("run: [x]\n", "run=['x']: must be a mapping of the run's own keys"),
+    ("runn:\n  name: x\n", "unknown section (did you mean 'run'?)"),
+])
+def test_a_bad_run_section_says_what_to_fix(tmp_path, capsys, text, words):
+    from grpo_playground.cli.train import main as train_main
+
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        recipe_from_text(text)
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text(text)
+    assert train_main(["--config", str(recipe)]) == 2
+    assert words in capsys.readouterr().err
+    with pytest.raises(ConfigError, match=re.escape("run.nam='x': unknown key (did you mean 'name'?)")):
+        apply_overrides(RunConfig(), ["run.nam=x"])

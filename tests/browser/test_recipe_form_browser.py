@@ -61,3 +61,22 @@ def test_a_binary_file_is_refused_in_plain_words(page, tmp_path):
     expect(message).to_contain_text("holiday.yaml was not loaded")
     expect(message).to_contain_text("is not a text file")
     assert "codec" not in message.inner_text()
+
+
+def test_a_recipe_with_the_forms_run_section_loads_and_a_wrong_key_is_named(page, tmp_path):
+    """The form shows the name in a "run" section: a recipe written that way loads (it was refused as an unknown
+    section), and a misspelt key of that section gets a did-you-mean."""
+    expect(page.locator("#cfg-section-run")).to_contain_text("run:")
+    recipe = tmp_path / "as-the-form-shows.yaml"
+    recipe.write_text("run:\n  name: from-the-form\ngrpo:\n  max_steps: 3\n")
+    upload_recipe(page, recipe)
+    message = page.locator("#training-form-msg")
+    expect(message).to_contain_text("Loaded as-the-form-shows.yaml")
+    expect(page.locator("#cfg-run-name textarea, #cfg-run-name input").first).to_have_value("from-the-form")
+    expect(page.locator("#training-cli")).to_contain_text("as-the-form-shows.yaml")
+    misspelt = tmp_path / "misspelt.yaml"
+    misspelt.write_text("run:\n  nmae: typo\n")
+    page.reload()  # the upload box holds the first file now
+    upload_recipe(page, misspelt)
+    expect(message).to_contain_text("run.nmae='typo': unknown key (did you mean 'name'?)")
+    expect(page.locator("#cfg-run-name textarea, #cfg-run-name input").first).to_have_value("quick")  # kept

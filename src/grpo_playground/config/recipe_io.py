@@ -1,7 +1,9 @@
 """RunConfig <-> plain dict <-> YAML recipe, losslessly, with type coercion and helpful errors.
 
 A recipe is flat-ish YAML: top-level `name`, then one mapping per section whose keys are exactly the
-dataclass fields (recipes/tiny-cpu.yaml). Unknown keys are errors that name the closest valid key.
+dataclass fields (recipes/tiny-cpu.yaml). Unknown keys are errors that name the closest valid key. The run's own
+keys (`name`) may also sit in a `run:` section, as the form shows them (`run: {name: my-run}`); files are written
+with them top-level.
 """
 
 from __future__ import annotations
@@ -23,6 +25,12 @@ MAX_RECIPE_BYTES = 256 * 1024
 MAX_YAML_NODES = 20_000
 MAX_YAML_DEPTH = 16
 MAX_ERROR_CHARS = 300  # a YAML error quotes the offending line: keep a stranger's text out of our messages
+RUN_SECTION = "run"  # the form's section of RunConfig's own fields (not sections): top-level keys in a file
+
+
+def run_keys() -> set[str]:
+    """The keys of the `run:` section: RunConfig's fields that are not sections (the name)."""
+    return {f.name for f in fields(RunConfig) if f.name not in SECTIONS}
 
 
 def config_to_dict(cfg: RunConfig) -> dict:
@@ -47,7 +55,8 @@ def config_from_dict(data: dict) -> RunConfig:
     """Build and validate a RunConfig; missing keys keep their defaults, unknown keys are errors."""
     if not isinstance(data, dict):
         raise ConfigError("recipe", type(data).__name__, "a recipe is a mapping of sections (model:, data:, ...)")
-    top_keys = {"name", *SECTIONS}
+    data = _lift_run_section(data)
+    top_keys = {*run_keys(), RUN_SECTION, *SECTIONS}
     for key in data:
         if key not in top_keys:
             raise ConfigError(key, data[key], f"unknown section{_did_you_mean(key, top_keys)}; "
@@ -70,6 +79,25 @@ def config_from_dict(data: dict) -> RunConfig:
             values[key] = _coerce(f"{section}.{key}", value, hints[key])
         kwargs[section] = cls(**values)
     return RunConfig(**kwargs).validate()
+
+
+def _lift_run_section(data: dict) -> dict:
+    """`run: {name: x}` -> `name: x`; an unknown key of the section names the closest one, and a key given both
+    there and top-level is an error (which one would win?)."""
+    if RUN_SECTION not in data:
+        return data
+    raw, valid = data[RUN_SECTION] or {}, run_keys()
+    if not isinstance(raw, dict):
+        raise ConfigError(RUN_SECTION, raw, "must be a mapping of the run's own keys, e.g. {name: my-run}")
+    lifted = {key: value for key, value in data.items() if key != RUN_SECTION}
+    for key, value in raw.items():
+        if key not in valid:
+            raise ConfigError(f"{RUN_SECTION}.{key}", value,
+                              f"unknown key{_did_you_mean(str(key), valid)}; valid: {', '.join(sorted(valid))}")
+        if key in data:
+            raise ConfigError(f"{RUN_SECTION}.{key}", value, f"is set top-level too ({key}: {data[key]!r}): keep one")
+        lifted[key] = value
+    return lifted
 
 
 def current_key(section: str, key: str, valid: set[str], given: dict) -> str:
@@ -272,7 +300,8 @@ def override_keys_help(width: int = 100) -> str:
     import textwrap
     from dataclasses import fields
 
-    lines = ["keys for --set SECTION.KEY=VALUE, the recipe file's own keys (values in YAML syntax):", "  name"]
+    lines = ["keys for --set SECTION.KEY=VALUE, the recipe file's own keys (values in YAML syntax):",
+             "  " + ", ".join(f"{key} (or {RUN_SECTION}.{key})" for key in sorted(run_keys()))]
     for section, cls in SECTIONS.items():
         keys = ", ".join(f"{section}.{f.name}" for f in fields(cls))
         lines += textwrap.wrap(keys, width, initial_indent="  ", subsequent_indent="    ")
@@ -285,11 +314,13 @@ def apply_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
     for item in overrides:
         key, sep, raw = item.partition("=")
         section, dot, name = key.strip().partition(".")
-        if not sep or (section != "name" and not dot):
+        if not sep or (section not in run_keys() and not dot):
             raise ConfigError("override", item, "write section.key=value, e.g. grpo.max_steps=5")
         value = safe_yaml(raw, "override")
-        if section == "name":
-            data["name"] = value
+        if section in run_keys():
+            data[section] = value
+        elif section == RUN_SECTION:
+            data.update(_lift_run_section({RUN_SECTION: {name: value}}))  # run.name=x: the key checked, then top-level
         elif section not in data:
             raise ConfigError(section, item, f"unknown section{_did_you_mean(section, data)}")
         else:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields, replace
 import gradio as gr
 
 from grpo_playground.config import SECTIONS, ConfigError, RunConfig, config_from_dict, config_to_dict, recipe_from_text
-from grpo_playground.config.recipe_io import MAX_RECIPE_BYTES
+from grpo_playground.config.recipe_io import MAX_RECIPE_BYTES, RUN_SECTION
 from grpo_playground.rewards import REWARDS
 from grpo_playground.tags import Tags
 
@@ -54,7 +54,7 @@ class FormField:
 
     @property
     def elem_id(self) -> str:
-        return f"cfg-{self.section or 'run'}-{self.label}"
+        return f"cfg-{self.section or RUN_SECTION}-{self.label}"
 
     def get(self, data: dict):
         value = data[self.section][self.name] if self.section else data[self.name]
@@ -143,10 +143,11 @@ def build_form(cfg: RunConfig) -> tuple[list[FormField], list]:
     for spec in specs:
         by_section.setdefault(spec.section, []).append(spec)
     for section, section_specs in by_section.items():
-        title = section or "run"
+        title = section or RUN_SECTION
         help_text = next((f.metadata.get("help", "") for f in fields(RunConfig) if f.name == section), "")
         # sections start closed: the setup fits one screen (a recipe is started as loaded; open what you edit)
-        heading = f"{title}: {help_text}" if help_text else "Run name (the recipe file's top-level name)"
+        heading = f"{title}: {help_text}" if help_text else \
+            f"{RUN_SECTION}: the run's name (in a recipe file: name: at the top, or under {RUN_SECTION}:)"
         with gr.Accordion(heading, open=section is None, elem_id=f"cfg-section-{title}"):
             # the weights table gets a row of its own: three to a row squeezed it to ~160 px
             tables = [s for s in section_specs if s.kind == "weights"]
