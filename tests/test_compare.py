@@ -18,7 +18,8 @@ from grpo_playground.jobs import create_run
 from grpo_playground.jobs import comparisons as jobs
 from grpo_playground.run_layout import GPU_LOCK
 from grpo_playground.contracts.process import group_members
-from grpo_playground.run_layout import COMPARISON_JOB, COMPARISON_RESULT, COMPARISONS_DIR, RECIPE_FILE, read_json
+from grpo_playground.run_layout import (COMPARISON_JOB, COMPARISON_RESULT, COMPARISON_WORK, COMPARISONS_DIR, RECIPE_FILE,
+                                        STATUS_FILE, read_json)
 from grpo_playground.ui import compare_panel as panel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,7 +143,8 @@ def test_a_comparison_runs_every_arm_in_the_background_and_the_panel_shows_it(ru
     assert state["state"] == "finished", state["log"]
     assert set(state["steps"]) == set(state["order"]) and {s["state"] for s in state["steps"].values()} == {"done"}
 
-    status, log, chart, arms, levels, shown, picker = panel.view(None, None)  # what a page load shows
+    status, log, chart, arms, levels, shown, picker, result_box, no_result = panel.view(None, None)  # a page load
+    assert result_box.visible and not no_result.visible  # the result, not the "no result yet" sentence
     result = json.loads((runs / COMPARISONS_DIR / comparison / f"{COMPARISON_RESULT}.json").read_text())
     assert picker.choices == [(comparison, comparison)] and picker.value == comparison
     assert "**Finished**" in status and f"on `run {run_id}`" in status and "- sft_w+grpo_a: done" in status
@@ -155,3 +157,52 @@ def test_a_comparison_runs_every_arm_in_the_background_and_the_panel_shows_it(ru
     assert list(levels.columns) == ["level", "prompts", *result["eval"]] and levels["prompts"].sum() == 8
     again = panel.view(comparison, shown)
     assert all(isinstance(x, dict) and x.get("__type__") == "update" for x in again[2:5])  # nothing new: not re-sent
+
+
+ARM_FOLDERS = {"sft_w+grpo_a": "grpo_a", "sft_w+more_sft_w": "more_sft_w", "sft_w+fresh_sft": "fresh_sft"}
+
+
+def finished_files(work: Path) -> dict[Path, bytes]:
+    """What the steps finished so far left: every finished run folder's status, its log, the data and evaluations."""
+    done = [status for status in work.glob(f"*/{STATUS_FILE}") if read_json(status).get("state") == "finished"]
+    files = [*done, *(work / f"{s.parent.name}.log" for s in done), *work.glob("data/*"), *work.glob("eval_*.json")]
+    return {path: path.read_bytes() for path in files if path.is_file()}
+
+
+def test_a_stopped_comparison_resumes_without_redoing_the_steps_it_finished(runs):
+    """Stop once sft-W is done, then Resume comparison: it runs again in its own folder, every step finished before
+    is left as it was (not trained again), and the interrupted arm starts over."""
+    panel.run_start(f"run:{tiny_run()}", *TINY_PLAN, "")
+    comparison = jobs.list_comparisons()[0]
+    work = runs / COMPARISONS_DIR / comparison / COMPARISON_WORK
+    state = lambda: jobs.comparison_state(comparison)
+    assert wait_for(lambda: state()["steps"].get("sft_w", {}).get("state") == "done", 400), state()["log"]
+    jobs.stop_comparison(comparison)
+    assert wait_for(lambda: state()["state"] == "stopped", 60), state()["log"]
+    assert "press **Resume comparison**" in panel.state_text(state())
+    kept = finished_files(work)
+    interrupted = next(arm for arm in ARM_FOLDERS if state()["steps"].get(arm, {}).get("state") != "done")
+    assert any(path.parent.name == "sft_w_round0" for path in kept), sorted(kept)
+
+    resumed_at = time.time()
+    panel.run_resume(comparison, "")
+    assert state()["state"] in ("waiting", "running") and state()["resumes"] == 1
+    with pytest.raises(RuntimeError, match=f"comparison {comparison} is still running: nothing to resume"):
+        jobs.resume_comparison(comparison)
+    arm_status = work / ARM_FOLDERS[interrupted] / STATUS_FILE
+    assert wait_for(lambda: read_json(arm_status).get("started", 0) > resumed_at, 300), state()["log"]
+    assert state()["steps"]["sft_w"]["state"] == "done"
+    assert {path: path.read_bytes() for path in kept} == kept, "a step finished before the stop ran again"
+    jobs.stop_comparison(comparison)
+    assert wait_for(lambda: state()["state"] == "stopped", 60)
+
+
+def test_only_a_stopped_or_cut_comparison_resumes(runs):
+    with pytest.raises(FileNotFoundError, match="no comparison '20991231-235959-compare-0001'"):
+        jobs.resume_comparison("20991231-235959-compare-0001")
+    folder = runs / COMPARISONS_DIR / "20991231-235959-compare-0002"
+    folder.mkdir(parents=True)
+    (folder / COMPARISON_JOB).write_text(json.dumps({"state": "finished", "meta": {"plan": {}}}))
+    (folder / f"{COMPARISON_RESULT}.json").write_text(json.dumps({"eval": {}}))
+    with pytest.raises(RuntimeError, match="has finished: start a new one"):
+        jobs.resume_comparison(folder.name)

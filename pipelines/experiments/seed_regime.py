@@ -10,7 +10,8 @@ answer-only problems beat spending the same time on more SFT over the few worked
 With the seed's datasets (files on disk, any of .jsonl/.json/.csv/.parquet):
     --worked openmath:OpenMathReasoning-mini.parquet --answers dapo:DAPO-Math-17k.parquet --eval-data gsm8k:test.jsonl
 
-Every step runs the product's own CLIs as child processes, one after another (a rerun skips finished steps):
+Every step runs the product's own CLIs as child processes, one after another (a rerun with the same --work, as the
+app's Resume comparison does, skips finished steps and starts an interrupted one over):
   0. data, written to <work>/data/ in the seed's own schemas: W = the first --n-worked worked problems of --worked
      (`worked.jsonl`, openmath columns); A = --n-answers problems of --answers with their final answer only
      (`answers.jsonl`, dapo columns: GRPO never sees a solution); both without any of the --n-eval held-out
@@ -40,7 +41,7 @@ import time
 from pathlib import Path
 
 from grpo_playground.cli.args import CompareArgs
-from grpo_playground.run_layout import PREFLIGHT_FILE, PROGRESS_FILE, read_json, write_json_atomic
+from grpo_playground.run_layout import PREFLIGHT_FILE, PROGRESS_FILE, read_json, read_status, write_json_atomic
 
 from pipelines.experiments.tiny_cpu_learning import (_pct, _weights_sha256, evaluate, level_table, paired_difference,
                                                      train)
@@ -61,6 +62,17 @@ def mark(work: Path, step: str, state: str, run_dir: Path | None = None, **facts
     progress["steps"][step] = entry
     work.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, progress)
+
+
+def train_step(args, work: Path, step: str, folder: str, stage: str, overrides: list[str]) -> dict:
+    """One arm in <work>/<folder>, marked running then done; an arm a resumed run finished before is not run again
+    (and not shown as running)."""
+    run_dir = work / folder
+    if read_status(run_dir).get("state") != "finished":
+        mark(work, step, "running", run_dir)
+    status = train(args.recipe, run_dir, stage, overrides)
+    mark(work, step, "done")
+    return status
 
 
 def _reasoning(example: dict, tags) -> str:
@@ -145,9 +157,11 @@ def sft_until_format(args, cfg, work: Path, worked_spec: str) -> dict:
     adapter, rounds = cfg.model.name_or_path, []
     for i in range(args.max_rounds):
         run_dir = work / f"sft_w_round{i}"
-        # the rounds so far and their sampled format rates: the app shows them (the step count restarts each round)
-        mark(work, "sft_w", "running", run_dir, round=i + 1, max_rounds=args.max_rounds, rounds=rounds,
-             format_target=args.format_target)
+        # the rounds so far and their sampled format rates: the app shows them (the step count restarts each round);
+        # a resumed run's finished rounds are read back, not marked as running again
+        if read_status(work / f"sft_w_round{i}_format").get("state") != "finished":
+            mark(work, "sft_w", "running", run_dir, round=i + 1, max_rounds=args.max_rounds, rounds=rounds,
+                 format_target=args.format_target)
         status = train(args.recipe, run_dir, "sft", [*common, f"model.name_or_path={adapter}",
                                                      *([] if i == 0 else ["sft.warmup_steps=0"])])
         adapter = str(run_dir / "sft")
@@ -229,12 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     mark(work, "sft_w", "done", rounds=sft["rounds"])  # every round's format rate, the last one's too
     if args.only_sft_w:
         return 0
-    mark(work, "sft_w+grpo_a", "running", work / "grpo_a")
-    grpo_status = train(args.recipe, work / "grpo_a", "grpo",
-                        [*base, f"model.name_or_path={sft['adapter']}", "sft.enabled=false",
-                         f"data.grpo_source=dapo:{data_dir / 'answers.jsonl'}", f"data.n_grpo={sets['answers']}",
-                         f"grpo.max_minutes={args.minutes}", "grpo.max_steps=1000000"])
-    mark(work, "sft_w+grpo_a", "done")
+    grpo_status = train_step(args, work, "sft_w+grpo_a", "grpo_a", "grpo",
+                             [*base, f"model.name_or_path={sft['adapter']}", "sft.enabled=false",
+                              f"data.grpo_source=dapo:{data_dir / 'answers.jsonl'}", f"data.n_grpo={sets['answers']}",
+                              f"grpo.max_minutes={args.minutes}", "grpo.max_steps=1000000"])
     grpo_seconds = grpo_status["stage_seconds"]["grpo"]
     control_lr = args.control_lr if args.control_lr is not None else cfg.sft.learning_rate / 10
     control_steps = max(1, int(grpo_seconds * sft["steps"] / sft["train_seconds"]))
@@ -243,13 +255,10 @@ def main(argv: list[str] | None = None) -> int:
     continuation = [*base, f"model.name_or_path={sft['adapter']}", "grpo.enabled=false", f"sft.learning_rate={control_lr}",
                     "sft.lr_scheduler_type=linear", f"sft.max_minutes={grpo_seconds / 60:.3f}", f"sft.max_steps={control_steps}",
                     "sft.warmup_steps=0", "sft.num_train_epochs=1000"]
-    mark(work, "sft_w+more_sft_w", "running", work / "more_sft_w")
-    more_w = train(args.recipe, work / "more_sft_w", "sft", [*continuation, f"data.sft_source={worked_spec}"])
-    mark(work, "sft_w+more_sft_w", "done")
-    mark(work, "sft_w+fresh_sft", "running", work / "fresh_sft")
-    fresh = train(args.recipe, work / "fresh_sft", "sft",
-                  [*continuation, f"data.sft_source=openmath:{data_dir / 'fresh.jsonl'}", f"data.n_sft={n_fresh}"])
-    mark(work, "sft_w+fresh_sft", "done")
+    more_w = train_step(args, work, "sft_w+more_sft_w", "more_sft_w", "sft",
+                        [*continuation, f"data.sft_source={worked_spec}"])
+    fresh = train_step(args, work, "sft_w+fresh_sft", "fresh_sft", "sft",
+                       [*continuation, f"data.sft_source=openmath:{data_dir / 'fresh.jsonl'}", f"data.n_sft={n_fresh}"])
 
     models = {"sft_w": sft["adapter"], "sft_w+grpo_a": str(work / "grpo_a" / "grpo"),
               "sft_w+more_sft_w": str(work / "more_sft_w" / "sft"), "sft_w+fresh_sft": str(work / "fresh_sft" / "sft")}

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -42,9 +43,13 @@ def run(command: list[str], log: Path) -> None:
 
 
 def train(recipe: Path, run_dir: Path, stage: str, overrides: list[str]) -> dict:
-    """Run one step of the experiment (skipped when its folder already finished: a rerun picks up where it stopped)."""
+    """Run one step of the experiment (skipped when its folder already finished: a rerun picks up where it stopped).
+    A folder left unfinished (stopped, cut) is cleared first: the step starts over, as its measured time must not
+    count the attempt before (a stage's seconds add up in its status)."""
     if read_status(run_dir).get("state") == "finished":
         return read_status(run_dir)
+    if run_dir.is_dir():
+        shutil.rmtree(run_dir)
     command = TrainArgs(recipe, run_dir=run_dir, stage=stage, overrides=(*OVERRIDES, *overrides)).command()
     run(command, run_dir.parent / f"{run_dir.name}.log")
     return read_status(run_dir)

@@ -8,9 +8,10 @@ table from the experiment's own result file.
 from __future__ import annotations
 
 import json
+import shutil
 
 from grpo_playground.jobs.comparisons import list_comparisons
-from grpo_playground.run_layout import COMPARISON_RESULT, comparisons_dir
+from grpo_playground.run_layout import COMPARISON_JOB, COMPARISON_RESULT, comparisons_dir
 
 COMPARISON_TIMEOUT_MS = 600_000  # four short arms and four evaluations of 2 prompts, on 2 shared cores
 
@@ -19,6 +20,25 @@ def fill(page, selector: str, value) -> None:
     box = page.locator(selector).first
     box.fill(str(value))
     box.press("Tab")  # Gradio reads a number box on blur
+
+
+def test_before_a_result_the_panel_says_so_instead_of_an_empty_chart(page, expect):
+    """A comparison stopped before its result (here one written as its job record says, the newest of the list):
+    a sentence stands where the chart and tables will be, and the status says how to go on."""
+    folder = comparisons_dir() / "20991231-235959-compare-0301"
+    folder.mkdir(parents=True)
+    try:
+        (folder / COMPARISON_JOB).write_text(json.dumps({"kind": "compare", "state": "stopped", "steps": [], "meta": {
+            "recipe_name": "recipes/tiny-cpu.yaml", "command": "python -m pipelines.experiments.seed_regime ...",
+            "plan": {"minutes": 1, "n_worked": 8, "n_answers": 8, "n_eval": 2}}}))
+        page.reload()
+        page.get_by_role("tab", name="Evaluate").click()
+        expect(page.locator("#compare-status")).to_contain_text("Stopped (press Resume comparison to go on")
+        expect(page.locator("#compare-no-result")).to_contain_text("No result yet")
+        for part in ("#compare-chart", "#compare-arms", "#compare-levels"):
+            expect(page.locator(part)).to_be_hidden()
+    finally:
+        shutil.rmtree(folder)  # the newest comparison of the list: the next test reads its own
 
 
 def test_a_comparison_started_from_the_evaluate_tab_shows_every_arm(page, expect, screenshot):
@@ -53,4 +73,5 @@ def test_a_comparison_started_from_the_evaluate_tab_shows_every_arm(page, expect
     expect(chart).not_to_contain_text("…")
     expect(page.locator("#compare-levels")).to_contain_text("level")
     page.locator("#compare-chart svg.marks, #compare-chart canvas").first.wait_for()
+    expect(page.locator("#compare-no-result")).to_be_hidden()
     screenshot(page, "compare-finished")

@@ -4,7 +4,8 @@ Each comparison has its own folder, <runs>/comparisons/<id>/: the recipe it runs
 later changes nothing), comparison_job.json (its job record: grpo_playground.jobs.record), comparison.log (a file,
 never a pipe), work/ (the experiment's data, run folders and progress.json) and comparison_result.json/.md when it
 is done. Like an evaluation job it outlives the browser and the app; its state is read back from its record: waiting (for the training slot) or
-running while its supervisor lives, then finished (the result exists), stopped (Stop was pressed) or failed.
+running while its supervisor lives, then finished (the result exists), stopped (Stop was pressed) or failed. A
+stopped or failed comparison resumes in its folder (resume_comparison): the finished steps are kept.
 
 It trains, so it takes the training slot: its supervisor holds the flock on <runs>/.gpu.lock (the lock the training
 launcher takes), so it waits for a training run to end and training runs wait for it. One comparison at a time;
@@ -102,7 +103,7 @@ def experiment_command(folder: Path, plan: ComparisonPlan) -> list[str]:
 
 
 def comparison_state(comparison_id: str) -> dict:
-    """{"id", "state": waiting|running|finished|stopped|failed, "plan", "recipe_name", "command", "order" and
+    """{"id", "state": waiting|running|finished|stopped|failed, "plan", "recipe_name", "command", "resumes", "order" and
     "steps" (progress.json's), "current" (the running step's training status, if any), "result" (when finished),
     "log"}."""
     folder = comparison_path(comparison_id)
@@ -121,7 +122,7 @@ def comparison_state(comparison_id: str) -> dict:
     if state == "running" and running and progress[running[-1]].get("run_dir"):
         current = read_json(Path(progress[running[-1]]["run_dir"]) / STATUS_FILE)
     return {"id": comparison_id, "state": state, "plan": meta.get("plan", {}), "recipe_name": meta.get("recipe_name"),
-            "command": meta.get("command", ""), "started": job.get("started"),
+            "command": meta.get("command", ""), "started": job.get("started"), "resumes": meta.get("resumes", 0),
             "order": progress_file.get("order", []), "steps": progress,
             "current": current, "result": result, "log": log}
 
@@ -138,25 +139,50 @@ def running_comparison() -> str | None:
     return None
 
 
-def start_comparison(recipe: Path, recipe_name: str, plan: ComparisonPlan) -> dict:
-    """Start the experiment on `recipe` (already checked; `recipe_name` says where it came from) with `plan`;
-    refuses while another comparison runs."""
+def _refuse_while_one_runs() -> None:
     busy = running_comparison()
     if busy:
         raise RuntimeError(f"comparison {busy} is still running: wait for it or press Stop")
-    folder = comparisons_dir() / new_run_id("compare")
-    folder.mkdir()
-    shutil.copyfile(recipe, folder / RECIPE_FILE)
+
+
+def _launch(folder: Path, plan: ComparisonPlan, meta: dict, log_mode: str) -> dict:
+    """Start the experiment job of `folder` (its recipe copied in) with `plan`; `meta` beside its record."""
     command = experiment_command(folder, plan)
     env = job_env(OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     # the supervisor holds the training slot (the lock training jobs take) for the whole experiment; past the time
     # limit it stops the experiment and kills what is left of its group (a training child)
-    with open(folder / COMPARISON_LOG, "wb") as log:
+    with open(folder / COMPARISON_LOG, log_mode) as log:
         start_job(folder / COMPARISON_JOB, "compare", [step("experiment", command, MAX_JOB_S)], log, env,
                   slot=runs_dir() / GPU_LOCK, result=folder / f"{COMPARISON_RESULT}.json",
-                  meta={"plan": asdict(plan), "recipe_name": recipe_name,
+                  meta={**meta, "plan": asdict(plan),
                         "command": "OMP_NUM_THREADS=1 " + shlex.join(["python", *command[1:]])})
     return comparison_state(folder.name)
+
+
+def start_comparison(recipe: Path, recipe_name: str, plan: ComparisonPlan) -> dict:
+    """Start the experiment on `recipe` (already checked; `recipe_name` says where it came from) with `plan`;
+    refuses while another comparison runs."""
+    _refuse_while_one_runs()
+    folder = comparisons_dir() / new_run_id("compare")
+    folder.mkdir()
+    shutil.copyfile(recipe, folder / RECIPE_FILE)
+    return _launch(folder, plan, {"recipe_name": recipe_name}, "wb")
+
+
+def resume_comparison(comparison_id: str) -> dict:
+    """Run a stopped or cut (failed: its supervisor was killed, the machine restarted) comparison again in its own
+    folder, with its own recipe copy and plan: the experiment skips the steps it finished (their run folders and
+    evaluations stay as they are) and starts the interrupted one over. The log continues."""
+    folder = comparison_path(comparison_id)
+    state = comparison_state(comparison_id)["state"]
+    if state in ("waiting", "running"):
+        raise RuntimeError(f"comparison {comparison_id} is still running: nothing to resume")
+    if state == "finished":
+        raise RuntimeError(f"comparison {comparison_id} has finished: start a new one to run it again")
+    _refuse_while_one_runs()
+    meta = read_record(folder / COMPARISON_JOB).get("meta", {})
+    return _launch(folder, ComparisonPlan(**meta.get("plan", {})),
+                   {**meta, "resumes": meta.get("resumes", 0) + 1}, "ab")
 
 
 def stop_comparison(comparison_id: str) -> str:

@@ -4,11 +4,13 @@ Same arms as `python -m pipelines.experiments.seed_regime` (sft-W; + GRPO on ans
 + more SFT on W for the same time; + SFT on fresh worked problems), smaller sets by default. The job
 (grpo_playground.jobs.comparisons) outlives the browser; the panel lists every comparison on page load, follows the
 chosen one from its progress file every few seconds, and when it is done shows each arm's accuracy with GRPO's
-paired difference, and accuracy by level, read from the experiment's result JSON. Starting and stopping need the
-owner token when GRPO_PLAYGROUND_OWNER_TOKEN is set.
+paired difference, and accuracy by level, read from the experiment's result JSON (until then a sentence says so, not
+an empty chart). A stopped or cut comparison resumes from the steps it finished. Starting, stopping and resuming need
+the owner token when GRPO_PLAYGROUND_OWNER_TOKEN is set.
 
 API (gradio_client): /compare_start (recipe, minutes, n_worked, n_answers, n_eval, levels, round_steps, max_rounds,
-format_target, token) -> the comparison's state; /compare_status (id, or "" for the newest) -> its state.
+format_target, token) -> the comparison's state; /compare_resume (id, token) -> its state; /compare_status (id, or ""
+for the newest) -> its state.
 """
 
 from __future__ import annotations
@@ -22,14 +24,14 @@ import pandas as pd
 
 from grpo_playground.config import ConfigError, load_recipe
 from grpo_playground.jobs import check_owner, list_runs, owner_token_required, run_path
-from grpo_playground.jobs.comparisons import (ComparisonPlan, comparison_state, list_comparisons, start_comparison,
-                                              stop_comparison)
+from grpo_playground.jobs.comparisons import (ComparisonPlan, comparison_state, list_comparisons, resume_comparison,
+                                              start_comparison, stop_comparison)
 from grpo_playground.run_layout import RECIPE_FILE
 from grpo_playground.contracts.shipped import RECIPES_DIR, shipped_recipes
 from grpo_playground.step_timing import clock
 
 POLL_S = 3.0
-START_ACTION = "starting or stopping a comparison"
+START_ACTION = "starting, stopping or resuming a comparison"
 USER_ERRORS = (ValueError, PermissionError, FileNotFoundError, RuntimeError, ConfigError)
 PLAN = ComparisonPlan()  # the defaults the form starts from
 
@@ -76,12 +78,14 @@ def start(recipe, minutes, n_worked, n_answers, n_eval, levels, round_steps, max
 def state_text(state: dict) -> str:
     """The comparison in words: its state, each step done / running (with the training step) / waiting."""
     plan = state["plan"]
+    resume = "press **Resume comparison** to go on from the steps it finished"
     word = {"waiting": "**Waiting for the training slot** (a training run holds it)",
             "running": "**Running** (a background job: closing the browser does not stop it)",
-            "finished": "**Finished**", "stopped": "**Stopped**",
-            "failed": "**Failed** (see the log below)"}[state["state"]]
+            "finished": "**Finished**", "stopped": f"**Stopped** ({resume})",
+            "failed": f"**Failed** (see the log below; once fixed, {resume})"}[state["state"]]
     head = (f"{word}: comparison `{state['id']}` on `{state['recipe_name']}`, T = {plan.get('minutes', 0):g} min, "
-            f"W = {plan.get('n_worked')}, A = {plan.get('n_answers')}, {plan.get('n_eval')} held-out prompts.")
+            f"W = {plan.get('n_worked')}, A = {plan.get('n_answers')}, {plan.get('n_eval')} held-out prompts"
+            + (f", resumed {state['resumes']} time(s)." if state.get("resumes") else "."))
     steps = []
     for step in state["order"]:
         entry = state["steps"].get(step, {})
@@ -177,30 +181,41 @@ def level_frame(result: dict | None) -> pd.DataFrame:
 
 
 def view(selected: str | None, shown: dict | None):
-    """Status, log, chart and tables of the chosen comparison (the newest when none is chosen); the chart and
-    tables are re-sent only when its result changed."""
+    """Status, log, chart and tables of the chosen comparison (the newest when none is chosen), then whether its
+    result is shown (the chart and tables) or the sentence that there is none yet; the chart, tables and that
+    choice are re-sent only when its result changed."""
     ids = list_comparisons()
     chosen = selected if selected in ids else (ids[0] if ids else None)
     if chosen is None:
         return ("No comparison has run from this app yet.", "", gr.skip(), gr.skip(), gr.skip(), shown,
-                gr.skip())
+                gr.skip(), gr.skip(), gr.skip())
     state = comparison_state(chosen)
     signature = {"id": chosen, "finished": state["result"] is not None, "ids": ids}
     shown = shown or {}
     if (shown.get("id"), shown.get("finished")) == (chosen, signature["finished"]):
-        chart, arms, levels = gr.skip(), gr.skip(), gr.skip()
+        chart, arms, levels, result_box, no_result = (gr.skip(),) * 5
     else:
         result = state["result"]
         chart, arms, levels = chart_frame(result), arms_frame(result), level_frame(result)
+        result_box, no_result = gr.Column(visible=bool(result)), gr.Markdown(visible=not result)
     same_list = selected == chosen and shown.get("ids") == ids
     picker = gr.skip() if same_list else gr.Dropdown(choices=ids, value=chosen)
-    return state_text(state), state["log"], chart, arms, levels, signature, picker
+    return state_text(state), state["log"], chart, arms, levels, signature, picker, result_box, no_result
 
 
 def run_start(recipe, minutes, n_worked, n_answers, n_eval, levels, round_steps, max_rounds, format_target, token):
     try:
         state = start(recipe, minutes, n_worked, n_answers, n_eval, levels, round_steps, max_rounds, format_target,
                       token)
+    except USER_ERRORS as error:
+        raise gr.Error(str(error), print_exception=False) from None
+    return gr.Dropdown(choices=list_comparisons(), value=state["id"])
+
+
+def run_resume(selected, token):
+    try:
+        check_owner(token, START_ACTION)
+        state = resume_comparison(selected)
     except USER_ERRORS as error:
         raise gr.Error(str(error), print_exception=False) from None
     return gr.Dropdown(choices=list_comparisons(), value=state["id"])
@@ -222,6 +237,16 @@ def api_start(recipe: str, minutes: float = PLAN.minutes, n_worked: int = PLAN.n
     try:
         state = start(recipe, minutes, n_worked, n_answers, n_eval, levels, round_steps, max_rounds, format_target,
                       token)
+    except USER_ERRORS as error:
+        raise gr.Error(str(error), print_exception=False) from None
+    return {k: v for k, v in state.items() if k != "log"}
+
+
+def api_resume(comparison_id: str, token: str = "") -> dict:
+    """Resume a stopped or cut comparison from the steps it finished; its state, without the log."""
+    try:
+        check_owner(token, START_ACTION)
+        state = resume_comparison(comparison_id)
     except USER_ERRORS as error:
         raise gr.Error(str(error), print_exception=False) from None
     return {k: v for k, v in state.items() if k != "log"}
@@ -269,22 +294,28 @@ def create_compare_panel() -> dict:
     with gr.Row():
         run = gr.Button("Start comparison", variant="primary", elem_id="compare-start")
         stop = gr.Button("Stop comparison")
+        resume = gr.Button("Resume comparison", elem_id="compare-resume")
         picker = gr.Dropdown(choices=[], label="Comparison", info="every comparison of this app, newest first",
                              elem_id="compare-picker", scale=2)
     status = gr.Markdown(elem_id="compare-status")
-    chart = gr.BarPlot(None, x="arm", y="accuracy", color=LEGEND, sort=ARM_ORDER, y_lim=[0, 100],
-                       y_title="accuracy %", x_title="", title="Greedy accuracy per arm (%)", label="GRPO vs more SFT",
-                       elem_id="compare-chart")
-    arms = gr.Dataframe(None, label="Arms", interactive=False, elem_id="compare-arms")
-    levels_table = gr.Dataframe(None, label="Accuracy by level (%)", interactive=False, elem_id="compare-levels")
+    # until a result exists: this sentence, not an empty chart and two empty tables
+    no_result = gr.Markdown("No result yet: each arm's accuracy (a chart) and the tables by arm and by level show here "
+                            "once a comparison finishes.", elem_id="compare-no-result")
+    with gr.Column(visible=False, elem_id="compare-result") as result_box:
+        chart = gr.BarPlot(None, x="arm", y="accuracy", color=LEGEND, sort=ARM_ORDER, y_lim=[0, 100],
+                           y_title="accuracy %", x_title="", title="Greedy accuracy per arm (%)",
+                           label="GRPO vs more SFT", elem_id="compare-chart")
+        arms = gr.Dataframe(None, label="Arms", interactive=False, elem_id="compare-arms")
+        levels_table = gr.Dataframe(None, label="Accuracy by level (%)", interactive=False, elem_id="compare-levels")
     log = gr.Textbox(label="Log (tail)", lines=6, max_lines=12, autoscroll=True)
     shown = gr.State(None)
     timer = gr.Timer(POLL_S)
 
     gr.api(api_start, api_name="compare_start")
+    gr.api(api_resume, api_name="compare_resume")
     gr.api(api_status, api_name="compare_status")
     ui = dict(api_visibility="private")
-    views = [status, log, chart, arms, levels_table, shown, picker]
+    views = [status, log, chart, arms, levels_table, shown, picker, result_box, no_result]
     gr.on(None, view, [picker, gr.State(None)], views, **ui)  # on page load: the newest comparison
     gr.on([timer.tick], view, [picker, shown], views, show_progress="hidden", **ui)
     picker.input(view, [picker, gr.State(None)], views, **ui)
@@ -293,5 +324,8 @@ def create_compare_panel() -> dict:
                           format_target, token], picker, concurrency_limit=1, concurrency_id="compare", **ui).success(
         view, [picker, gr.State(None)], views, **ui)
     stop.click(run_stop, [picker, token], status, **ui)
-    return {"recipe": recipe, "minutes": minutes, "run": run, "stop": stop, "picker": picker, "status": status,
+    resume.click(run_resume, [picker, token], picker, concurrency_limit=1, concurrency_id="compare", **ui).success(
+        view, [picker, gr.State(None)], views, **ui)
+    return {"recipe": recipe, "minutes": minutes, "run": run, "stop": stop, "resume": resume, "picker": picker,
+            "status": status,
             "chart": chart, "arms": arms, "levels": levels_table}
