@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from test_e2e_flow import region_screenshot
+
 TABS = ["Training", "Reward sandbox", "Chat", "Evaluate"]
 CONTROL_ROLES = {"button", "textbox", "searchbox", "combobox", "listbox", "checkbox", "radio", "slider",
                  "spinbutton", "switch", "tab", "menuitem", "option"}
@@ -143,6 +145,8 @@ def test_dark_mode_text_is_readable(request, browser, app_url, screenshot):
                 page.locator("#sandbox-answer textarea, #sandbox-answer input").first.fill("42")
                 page.locator("mark").first.wait_for()
             screenshot(page, f"dark-{tab.lower().replace(' ', '-')}")
+            if tab == "Reward sandbox":  # the README's picture: the title and tabs down to the completions' cards
+                region_screenshot(page, "sandbox-dark", "h1", "#sandbox-details")
             bad = page.evaluate(CONTRAST_JS, MIN_CONTRAST)
             if bad:
                 problems[tab] = bad

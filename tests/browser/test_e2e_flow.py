@@ -65,16 +65,17 @@ def show_screen(page, name: str) -> None:
     page.get_by_role("tab", name=name).click()
 
 
-def region_screenshot(page, name: str, first: str, last: str) -> Path:
-    """Save the band of the page that holds selectors `first` and `last`, full width:
-    artifacts/screenshots/e2e-<name>.png, the size the docs embed (the full pages run to 5000 px)."""
-    # the union of both boxes: in the split Training tab the pre-flight sits above the samples table, and a clip of
+def region_screenshot(page, name: str, *selectors: str) -> Path:
+    """Save the band of the page that holds every one of `selectors` (the first element each matches), full width:
+    artifacts/screenshots/e2e-<name>.png, the size the docs embed (the full pages run to 5000 px);
+    `python scripts/docs_images.py` copies it, optimized, to docs/images/<name>.png."""
+    # the union of the boxes: in the split Training tab the pre-flight sits above the samples table, and a clip of
     # negative height made Playwright's screenshot wait until its timeout
-    top, bottom = page.evaluate("""([a, b]) => {
-        const box = (sel) => document.querySelector(sel).getBoundingClientRect();
-        const [ra, rb] = [box(a), box(b)];
-        return [Math.min(ra.top, rb.top) + window.scrollY, Math.max(ra.bottom, rb.bottom) + window.scrollY];
-    }""", [first, last])
+    top, bottom = page.evaluate("""(selectors) => {
+        const boxes = selectors.map((sel) => document.querySelector(sel).getBoundingClientRect());
+        return [Math.min(...boxes.map((b) => b.top)) + window.scrollY,
+                Math.max(...boxes.map((b) => b.bottom)) + window.scrollY];
+    }""", list(selectors))
     path = ROOT / "artifacts" / "screenshots" / f"e2e-{name}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(path), full_page=True,
@@ -156,7 +157,7 @@ def test_open_its_samples_in_the_reward_sandbox(page, expect, screenshot, flow):
     expect(page.locator("#sandbox-report")).to_contain_text("Group of 4")
     expect(page.locator("#sandbox-details .sandbox-card")).to_have_count(4)
     screenshot(page, "sandbox-from-run")
-    region_screenshot(page, "sandbox-from-run", "#sandbox-completions", "#sandbox-details")
+    region_screenshot(page, "sandbox-from-run", "#sandbox-report", "#sandbox-completions", "#sandbox-details")
 
 
 def test_export_the_run_to_gguf(page, expect, screenshot, flow):

@@ -2,7 +2,8 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/browser/test_sandbox_tab.py
 
-Elements are found by their visible labels, as a user finds them. Screenshots land in artifacts/screenshots/.
+Elements are found by their visible labels, as a user finds them. Screenshots land in artifacts/screenshots/ (the
+e2e-sandbox-*.png regions are docs/guide.md's: `python scripts/docs_images.py`).
 """
 
 from __future__ import annotations
@@ -10,9 +11,13 @@ from __future__ import annotations
 import re
 import time
 
+from test_e2e_flow import region_screenshot
+
 WORK = "<start_working_out>6 x 7 = 42<end_working_out>"
 # Three completions that never write the <SOLUTION> tag: every reward scores them alike, the seed's story.
 FLAT_GROUP = ["I think the answer is 42.", "solution: 42", "SOL 42"]
+# The band docs/guide.md shows: the group's report, the boxes pasted into and the first completion's card.
+GUIDE_REGION = ("#sandbox-report", "#sandbox-answer", "#sandbox-details .sandbox-card")
 # A right answer, a near miss (within 10%: check_answer's +2.0 band) and a clean wrong answer.
 GRADED_GROUP = [WORK + "<SOLUTION>42</SOLUTION>", WORK + "<SOLUTION>41</SOLUTION>",
                 "<start_working_out>6 + 7 = 13<end_working_out><SOLUTION>13</SOLUTION>"]
@@ -62,6 +67,7 @@ def test_zero_variance_warning_then_advantages(page, screenshot, expect):
     expect(report).to_contain_text("Zero variance")
     expect(report).to_contain_text("will not learn")
     screenshot(page, "zero-variance")
+    region_screenshot(page, "sandbox-zero-variance", *GUIDE_REGION)
 
     paste_group(sandbox, GRADED_GROUP, "42")
     table = wait_for_table(sandbox, lambda t: len(t.get("total", [])) == 3 and len(set(t["total"])) == 3)
@@ -72,6 +78,7 @@ def test_zero_variance_warning_then_advantages(page, screenshot, expect):
     assert abs(right + near + wrong) < 1e-3  # advantages are centred on the group mean
     expect(report).not_to_contain_text("Zero variance")
     screenshot(page, "advantages")
+    region_screenshot(page, "sandbox-advantages", *GUIDE_REGION)
 
 
 def test_custom_reward_in_the_sandbox(custom_reward_page, screenshot, expect):
