@@ -308,3 +308,15 @@ def test_grpo_job_runs_as_two_ddp_processes_that_write_one_run_folder(tmp_path):
     # each process takes its own prompt (8 completions) per step: 2 steps x 2 processes of the 512 prompts
     assert rows[-1]["epoch"] == pytest.approx(2 * 2 / 512)  # a single process would be at 2 / 512
     assert (run_dir / "grpo" / "adapter_config.json").is_file()
+
+
+def test_the_bundle_carries_vllms_quantization_pins_from_the_gpu_requirements():
+    """Unsloth 4-bit + vLLM failed at load for want of these (results/gpu/grpo_step.json): the carried bundle and the
+    GPU image's requirements name the same versions."""
+    import re
+
+    root = gpu_grpo.ROOT
+    pins = dict(re.findall(r"^([\w-]+)(?:\[\w+\])?==(\S+)", (root / "requirements-gpu.txt").read_text(), re.M))
+    script = (root / "benchmarks" / "build_bundles.sh").read_text()
+    for name in ("compressed-tensors", "loguru", "humming-kernels", "pyelftools"):
+        assert f"{name}=={pins[name]}" in script, name
