@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from benchmarks import gpu_grpo  # noqa: E402
-from grpo_playground.training.grpo_trainer import PlaygroundGRPOTrainer  # noqa: E402
+from benchmarks.logprob_memory import tiny_model, tiny_trainer  # noqa: E402
 
 PROMPTS = ["What is 2 plus 3?", "Name a prime number."]
 BATCH = [{"prompt": p} for p in PROMPTS for _ in range(2)]  # two groups of two, as TRL's sampler repeats them
@@ -20,39 +20,12 @@ COMPLETION = 6
 
 
 def _model():
-    from peft import LoraConfig, get_peft_model
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(0)
-    config = dict(gpu_grpo.QWEN3_COMMON, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                  num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_window_layers=2)
-    model = get_peft_model(Qwen3ForCausalLM(Qwen3Config(**config)),
-                           LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"]))
-    for name, p in model.named_parameters():  # a trained-looking adapter: B is zero at init
-        if "lora_B" in name:
-            torch.nn.init.normal_(p, std=0.05)
-    return model
-
-
-def _tokenizer():
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(gpu_grpo.qwen3_tokenizer_files()))
-
-
-def _reward(completions, **kwargs):  # differs within every group: advantages are not zero
-    return [float(len(c) % 5) for c in completions]
+    return tiny_model()
 
 
 def _trainer(model, tmp_path, beta=0.04, **options):
-    from datasets import Dataset
-    from trl import GRPOConfig
+    trainer = tiny_trainer(model, str(tmp_path), PROMPTS, len(BATCH), COMPLETION, beta=beta, **options)
 
-    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2,
-                      max_completion_length=COMPLETION, beta=beta, loss_type="dr_grpo", use_cpu=True, bf16=False,
-                      report_to="none", logging_steps=1, gradient_checkpointing=False)
-    trainer = PlaygroundGRPOTrainer(model=model, reward_funcs=[_reward], args=args, processing_class=_tokenizer(),
-                                    train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS]), **options)
     def vllm_rollout(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         generator = torch.Generator().manual_seed(1)  # the same completions at every call
         rows = len(prompt_ids)  # TRL's sampler already repeats each prompt num_generations times
@@ -60,7 +33,6 @@ def _trainer(model, tmp_path, beta=0.04, **options):
         logps = (-2.0 - torch.rand(rows, COMPLETION, generator=generator)).tolist()
         return ids, logps
 
-    trainer.current_gradient_accumulation_steps = 1  # set by train(); the loss reads it
     trainer.use_vllm = True  # TRL's vLLM branch: the importance-sampling correction against the rollout's log-probs
     trainer._generate_single_turn = vllm_rollout
     return trainer
