@@ -78,6 +78,8 @@ MODES = {
                           grpo={"logprobs": "full", "weight_sync": "merge"}),
     "trl-vllm-deltas": Mode("(i) as (f), LoRA deltas written into vLLM (no merge)", "trl", use_vllm=True,
                             grpo={"weight_sync": "deltas"}),
+    "trl-vllm-lora": Mode("(j) as (f), the adapter in a vLLM LoRA slot (no merge)", "trl", use_vllm=True,
+                          grpo={"weight_sync": "lora"}),
     "trl-vllm-nogc": Mode("(g) TRL+PEFT bf16, colocated vLLM, no gradient checkpointing", "trl", use_vllm=True,
                           gradient_checkpointing=False),
     "unsloth": Mode("(b) Unsloth bf16", "unsloth"),
@@ -421,11 +423,12 @@ def suite(name: str) -> list[list[RunSpec]]:
     if name == "vllm":  # engine start and compile dominate short runs: the rows where vLLM matters most
         return [[RunSpec("smollm2-135m", "unsloth-vllm", 128, prompts=8, steps=4)],
                 [RunSpec(model, "unsloth-vllm", 1024, steps=3) for model in SMALL_SHAPES]]
-    if name == "targets":  # the small rows: SmolLM2 with both vLLM syncs (deltas first, never run on a GPU
-        # yet), then the 1.7B shape with TRL's proven merge (both rows with the chunked log-probs, the default)
+    if name == "targets":  # the small rows: SmolLM2 with deltas (never run on a GPU yet) and TRL's merge, the
+        # 1.7B shape with the proven merge (all with the chunked log-probs, the default), then SmolLM2 with a LoRA slot
         return [[RunSpec("smollm2-135m", "trl-vllm-deltas", 128, prompts=8, steps=WARMUP_STEPS + 21),
                  RunSpec("smollm2-135m", "trl-vllm", 128, prompts=8, steps=WARMUP_STEPS + 21),
-                 RunSpec("qwen3-1.7b-shape", "trl-vllm", 512, prompts=8, steps=WARMUP_STEPS + 20)]]
+                 RunSpec("qwen3-1.7b-shape", "trl-vllm", 512, prompts=8, steps=WARMUP_STEPS + 20),
+                 RunSpec("smollm2-135m", "trl-vllm-lora", 128, prompts=8, steps=WARMUP_STEPS + 21)]]
     if name == "targets-8b":  # the seed's recipe on the seed's size, as shipped, then TRL + PEFT bf16 on its batch
         # The recipe's gpu_memory_utilization 0.7 is of the card (99 GB on an H200): TRL's bf16 copy beside it would
         # not fit, so its row gets what grpo_playground.vllm_memory sizes for it on an H200 (0.2); the last row is the

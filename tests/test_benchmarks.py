@@ -325,8 +325,9 @@ def test_the_bundle_carries_vllms_quantization_pins_from_the_gpu_requirements():
 def test_issue_24_suites_ask_for_the_target_rows():
     small = gpu_grpo.suite("targets")[0]
     assert [(s.model, s.prompts, s.generations, s.completion) for s in small] == [
-        ("smollm2-135m", 8, 8, 128), ("smollm2-135m", 8, 8, 128), ("qwen3-1.7b-shape", 8, 8, 512)]
-    assert {s.mode for s in small[:2]} == {"trl-vllm", "trl-vllm-deltas"}  # both syncs, same batch
+        ("smollm2-135m", 8, 8, 128), ("smollm2-135m", 8, 8, 128), ("qwen3-1.7b-shape", 8, 8, 512),
+        ("smollm2-135m", 8, 8, 128)]
+    assert [s.mode for s in small if s.model == "smollm2-135m"] == ["trl-vllm-deltas", "trl-vllm", "trl-vllm-lora"]
     assert all(s.steps - gpu_grpo.WARMUP_STEPS >= 20 for s in small)
     big = gpu_grpo.suite("targets-8b")[0]
     assert all((s.model, s.prompts, s.completion, s.recipe) == ("qwen3-8b-shape", 1, 1024, gpu_grpo.SEED_RECIPE)
@@ -371,6 +372,7 @@ def test_speed_modes_reach_the_recipe(tmp_path):
 
     assert (grpo("trl-vllm").logprobs, grpo("trl-vllm").weight_sync) == ("chunked", "merge")  # the product's defaults
     assert grpo("trl-vllm-full").logprobs == "full" and grpo("trl-vllm-deltas").weight_sync == "deltas"
+    assert grpo("trl-vllm-lora").weight_sync == "lora"
 
 
 def test_plain_vllm_rollout_asks_the_batch_both_ways_and_reports_ratios(tmp_path):

@@ -147,3 +147,9 @@ def test_a_wrapped_output_head_keeps_the_full_path(tmp_path):
                   num_attention_heads=2, num_key_value_heads=1, head_dim=8, max_window_layers=1, tie_word_embeddings=False)
     model = get_peft_model(Qwen3ForCausalLM(Qwen3Config(**config)), LoraConfig(r=2, target_modules=["q_proj", "lm_head"]))
     assert not _trainer(model, tmp_path, logprobs="chunked").chunked_logprobs
+
+
+@pytest.mark.parametrize("sync", ["deltas", "lora"])
+def test_a_sync_choice_without_vllm_builds_the_trainer_as_before(tmp_path, sync):
+    trainer = _trainer(_model(), tmp_path, weight_sync=sync)
+    assert getattr(trainer, "vllm_generation", None) is None  # HF generate: nothing to sync

@@ -18,14 +18,19 @@ PACKED = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_pro
 ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def _hf(kind: str, targets=ALL):
-    from peft import LoraConfig, get_peft_model
+def _base(kind: str):
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(0)
     shape = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=8)
-    base = (LlamaForCausalLM(LlamaConfig(**shape)) if kind == "llama" else Qwen3ForCausalLM(Qwen3Config(**shape)))
+    return LlamaForCausalLM(LlamaConfig(**shape)) if kind == "llama" else Qwen3ForCausalLM(Qwen3Config(**shape))
+
+
+def _hf(kind: str, targets=ALL):
+    from peft import LoraConfig, get_peft_model
+
+    base = _base(kind)
     base_weights = {n: p.detach().clone() for n, p in base.named_parameters()}
     model = get_peft_model(base, LoraConfig(r=4, lora_alpha=16, target_modules=targets))
     for name, p in model.named_parameters():
@@ -141,3 +146,52 @@ def test_delta_sync_drives_the_engine_like_trls_sync():
         torch.testing.assert_close(dict(fake.named_parameters())[name], tensor, msg=name)
     with pytest.raises(ValueError, match="tensor_parallel_size 1"):
         vllm_sync.DeltaSync(SimpleNamespace(**(vars(generation) | {"tensor_parallel_size": 2})))
+
+
+def test_lora_engine_gives_trls_engine_one_lora_slot_of_the_policys_rank(monkeypatch):
+    import trl.generation.vllm_generation as trl_vllm
+
+    built = []
+    monkeypatch.setattr(trl_vllm, "LLM", lambda **kwargs: built.append(kwargs), raising=False)
+    original = trl_vllm.LLM
+    with vllm_sync.lora_engine(32):
+        trl_vllm.LLM(model="m", gpu_memory_utilization=0.1)
+    assert built == [{"model": "m", "gpu_memory_utilization": 0.1, "enable_lora": True, "max_lora_rank": 32,
+                      "max_loras": 1}]
+    assert trl_vllm.LLM is original  # restored: later engines are TRL's own
+
+
+def test_adapter_sync_hands_vllm_each_steps_adapter_and_every_rollout_asks_for_it(tmp_path):
+    from collections import namedtuple
+    from types import SimpleNamespace
+
+    from peft import PeftModel
+
+    model, _ = _hf("llama")
+    Request = namedtuple("Request", "lora_name lora_int_id lora_path")
+    generated, removed = [], []
+    engine = SimpleNamespace(remove_lora=removed.append)
+    llm = SimpleNamespace(llm_engine=engine, reset_prefix_cache=lambda: None,
+                          generate=lambda prompts, sampling_params=None, use_tqdm=True, lora_request=None:
+                          generated.append(lora_request))
+    generation = SimpleNamespace(mode="colocate", _dist=SimpleNamespace(is_fsdp=False, is_zero3=False), model=model,
+                                 llm=llm)
+    sync = vllm_sync.AdapterSync(generation, tmp_path / "adapter", request=Request)
+    sync()
+    first = sync.current
+    llm.generate(["p"], sampling_params=None, use_tqdm=False)  # as TRL calls it
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.add_(1.0)
+    sync()
+    llm.generate(["p"], sampling_params=None, use_tqdm=False)
+    assert generated == [first, sync.current] and (first.lora_int_id, sync.current.lora_int_id) == (1, 2)
+    assert removed == [1] and not (tmp_path / "adapter" / "step1").exists()
+
+    reloaded = PeftModel.from_pretrained(_base("llama"), sync.current.lora_path)  # what vLLM reads
+    trained = {n: p for n, p in model.named_parameters() if ".lora_" in n}
+    assert sum(".lora_" in n for n, _ in reloaded.named_parameters()) == len(trained)
+    for name, p in reloaded.named_parameters():
+        if ".lora_" in name:
+            torch.testing.assert_close(p, trained[name].to(torch.bfloat16).to(p.dtype), msg=name)

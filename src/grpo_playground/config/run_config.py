@@ -20,7 +20,7 @@ LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vesp
 SCALE_REWARDS = ("group", "batch", "none")
 PREFLIGHT_ERROR_ACTIONS = ("pause", "continue")
 LOGPROB_PATHS = ("chunked", "full")
-WEIGHT_SYNCS = ("merge", "deltas")
+WEIGHT_SYNCS = ("merge", "deltas", "lora")
 SWANLAB_MODES = ("auto", "offline", "online", "local", "disabled")
 LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_restarts", "polynomial")
 OPTIMIZERS = ("adamw_8bit", "adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "paged_adamw_8bit")
@@ -229,7 +229,8 @@ class GRPOStage:
         choices=LOGPROB_PATHS, label="Log-prob computation"))
     weight_sync: str = field(default="merge", metadata=_help(
         "How the policy reaches TRL's colocated vLLM each step: merge (TRL's: merge the LoRA, load every weight, "
-        "unmerge) or deltas (write W + B@A x scale of the LoRA layers only into vLLM's tensors, in place).",
+        "unmerge), deltas (write W + B@A x scale of the LoRA layers only into vLLM's tensors, in place) or lora "
+        "(vLLM keeps the base weights and serves the adapter from a LoRA slot, as Unsloth does).",
         choices=WEIGHT_SYNCS, label="vLLM weight sync"))
     preflight_prompts: int = field(default=4, metadata=_help(
         "Pre-flight: held-out prompts sampled (each num_generations times) and scored before GRPO starts."))

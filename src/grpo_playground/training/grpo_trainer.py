@@ -13,10 +13,16 @@ What TRL 1.14.2 does and what changes here (the Unsloth backend keeps Unsloth's 
   which also makes transformers patch the model with Liger's Triton kernels (no CPU, another dependency). Here
   it is called directly (`grpo.logprobs: chunked`), whenever the output head is a plain Linear.
 - vLLM weight sync: `grpo.weight_sync: deltas` replaces TRL's merge / load every weight / unmerge with
-  grpo_playground.training.vllm_sync (only the LoRA layers' W + B@A x scale, written into vLLM's tensors).
+  grpo_playground.training.vllm_sync (only the LoRA layers' W + B@A x scale, written into vLLM's tensors);
+  `lora` serves the adapter from a vLLM LoRA slot instead (the engine built with enable_lora).
 """
 
 from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
 
 import torch
 from trl import GRPOTrainer
@@ -32,15 +38,22 @@ def plain_output_head(model) -> bool:
 
 class PlaygroundGRPOTrainer(GRPOTrainer):
     def __init__(self, *args, logprobs: str = "chunked", weight_sync: str = "merge", **kwargs):
-        super().__init__(*args, **kwargs)
+        from grpo_playground.training import vllm_sync
+
+        lora_slot = weight_sync == "lora" and kwargs["args"].use_vllm  # TRL builds its engine in __init__
+        with (vllm_sync.lora_engine(kwargs["model"].peft_config[vllm_sync.ADAPTER].r) if lora_slot
+              else contextlib.nullcontext()):
+            super().__init__(*args, **kwargs)
         self.chunked_logprobs = logprobs == "chunked" and plain_output_head(self.model)
         if self.chunked_logprobs and not hasattr(self, "_forward_redirection"):
             self._forward_redirection = _ForwardRedirection()  # TRL sets it only with use_liger_kernel (DDP needs it)
         self._pending_is_inputs = None  # the loss inputs whose importance-sampling ratio waits for the training forward
-        if weight_sync == "deltas" and getattr(self, "vllm_generation", None) is not None:
-            from grpo_playground.training.vllm_sync import DeltaSync
-
-            self.vllm_generation.sync_weights = DeltaSync(self.vllm_generation)
+        if getattr(self, "vllm_generation", None) is not None and weight_sync == "deltas":
+            self.vllm_generation.sync_weights = vllm_sync.DeltaSync(self.vllm_generation)
+        elif getattr(self, "vllm_generation", None) is not None and weight_sync == "lora":
+            folder = vllm_sync.shared_memory_folder(f"grpo_playground_adapter_{os.getpid()}")
+            atexit.register(shutil.rmtree, folder, True)
+            self.vllm_generation.sync_weights = vllm_sync.AdapterSync(self.vllm_generation, folder)
 
     # ------------------------------------------------------------------ old-policy log-probs
     def old_logps_redundant(self) -> bool:

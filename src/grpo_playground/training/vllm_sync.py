@@ -1,4 +1,4 @@
-"""The LoRA policy into TRL's colocated vLLM without the full merge (`grpo.weight_sync: deltas`).
+"""The LoRA policy into TRL's colocated vLLM without the full merge (`grpo.weight_sync: deltas` or `lora`).
 
 TRL 1.14.2's `VLLMGeneration.sync_weights` merges the LoRA into every targeted weight of the training model,
 hands every parameter of the model (210 LoRA'd + the frozen rest: 272 `load_weights` calls at SmolLM2-135M) to
@@ -11,11 +11,20 @@ vLLM stacks some projections into one tensor (`packed_modules_mapping`, e.g. q/k
 into `gate_up_proj`, in that order): a projection's rows start after its siblings' rows. The map from PEFT's
 module names to (vLLM tensor, rows) is built once and checked against every shape; anything it cannot place
 (tensor parallelism, sleep mode, sharded training, DoRA, trained non-LoRA weights) fails naming the fix.
+
+`lora` keeps vLLM's weights the base model's and serves the adapter from a vLLM LoRA slot, as Unsloth does: the
+engine is built with `enable_lora` (TRL 1.14.2 has no option for it: its `LLM` is wrapped while the trainer builds
+it), each sync writes the adapter (bf16, to shared memory) as a new LoRA request, and every rollout asks for it.
+vLLM decodes slower with a LoRA than with merged weights, which is why both are measured.
 """
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -122,3 +131,64 @@ class DeltaSync:
                                        rows_in(model))
         write_deltas(self.targets, params)
         llm.reset_prefix_cache()
+
+
+@contextlib.contextmanager
+def lora_engine(max_lora_rank: int):
+    """While TRL builds its colocated engine: vLLM's LLM with one LoRA slot of the policy's rank."""
+    import trl.generation.vllm_generation as trl_vllm
+
+    original = trl_vllm.LLM
+    trl_vllm.LLM = lambda *args, **kwargs: original(*args, enable_lora=True, max_lora_rank=max_lora_rank, max_loras=1,
+                                                    **kwargs)
+    try:
+        yield
+    finally:
+        trl_vllm.LLM = original
+
+
+def write_adapter(model, folder: Path) -> Path:
+    """The trained adapter as PEFT saves it (config + safetensors), in bf16: what vLLM's LoRA loader reads."""
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    state = get_peft_model_state_dict(model, adapter_name=ADAPTER)
+    save_file({k: v.detach().to(torch.bfloat16).contiguous() for k, v in state.items()},
+              str(folder / "adapter_model.safetensors"))
+    model.peft_config[ADAPTER].save_pretrained(str(folder))
+    return folder
+
+
+def shared_memory_folder(name: str) -> Path:
+    """A folder in shared memory (RAM) where there is one: the adapter is written at every step."""
+    shm = Path("/dev/shm")
+    return (shm if shm.is_dir() else Path(tempfile.gettempdir())) / name
+
+
+class AdapterSync:
+    """Drop-in for `VLLMGeneration.sync_weights` that hands vLLM the adapter, and rollouts that ask for it."""
+
+    def __init__(self, generation, folder: Path, request=None):
+        if generation.mode != "colocate" or generation._dist.is_fsdp or generation._dist.is_zero3:
+            raise ValueError(f"weight_sync lora needs vLLM colocated and unsharded training weights; {FIX}")
+        if request is None:
+            from vllm.lora.request import LoRARequest as request
+        self.generation, self.folder, self.make_request = generation, folder, request
+        self.current = None
+        llm = generation.llm
+        generate = llm.generate
+        llm.generate = lambda *args, **kwargs: generate(*args, lora_request=self.current, **kwargs)
+
+    def __call__(self) -> None:
+        check_only_lora_trains(self.generation.model)
+        previous = self.current
+        number = 1 if previous is None else previous.lora_int_id + 1
+        path = write_adapter(self.generation.model, self.folder / f"step{number}")
+        self.current = self.make_request(f"policy-{number}", number, str(path))
+        if previous is not None:  # one slot: the old adapter goes, from vLLM and from disk
+            engine = self.generation.llm.llm_engine
+            if hasattr(engine, "remove_lora"):
+                engine.remove_lora(previous.lora_int_id)
+            shutil.rmtree(previous.lora_path, ignore_errors=True)
+        self.generation.llm.reset_prefix_cache()
