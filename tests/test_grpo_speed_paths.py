@@ -69,15 +69,16 @@ def test_old_policy_forward_is_skipped_with_vllm_on_policy_and_the_loss_is_uncha
     old = GRPOTrainer._generate_and_score_completions(trainer, list(BATCH))  # TRL's: old + reference forwards
     assert forwards == [False, False]
     forwards.clear()
-    new = trainer._generate_and_score_completions(list(BATCH))
+    new = trainer._prepare_inputs(list(BATCH))  # as training takes it: generated, shuffled, split per micro-step
     assert forwards == [False]  # the reference forward only
     assert "old_per_token_logps" in old and "old_per_token_logps" not in new
     assert "importance_sampling_ratio" not in new
-    torch.testing.assert_close(new["completion_ids"], old["completion_ids"])
+    order = [old["completion_ids"].tolist().index(row) for row in new["completion_ids"].tolist()]  # the shuffle
+    assert sorted(order) == list(range(len(BATCH)))
 
     loss_old, grads_old = _loss_and_grads(trainer, lambda m, i: GRPOTrainer._compute_loss(trainer, m, i), old)
     loss_new, grads_new = _loss_and_grads(trainer, trainer._compute_loss, new)
-    torch.testing.assert_close(new["importance_sampling_ratio"], old["importance_sampling_ratio"])
+    torch.testing.assert_close(new["importance_sampling_ratio"], old["importance_sampling_ratio"][order])
     torch.testing.assert_close(loss_new, loss_old)
     _close(grads_new, grads_old)
     metrics = trainer._metrics["train"]

@@ -68,14 +68,13 @@ class PlaygroundGRPOTrainer(GRPOTrainer):
             return super()._generate_and_score_completions(inputs)
         self.vllm_importance_sampling_correction = False  # TRL then runs neither the old forward nor the ratio
         try:
-            output = super()._generate_and_score_completions(inputs)
+            return super()._generate_and_score_completions(inputs)  # _compute_loss adds the ratio
         finally:
             self.vllm_importance_sampling_correction = True
-        output["deferred_is_ratio"] = True  # a marker only: _compute_loss fills the ratio
-        return output
 
     def _compute_loss(self, model, inputs):
-        if inputs.pop("deferred_is_ratio", False):
+        if (self.old_logps_redundant() and "importance_sampling_ratio" not in inputs
+                and "sampling_per_token_logps" in inputs):
             self._pending_is_inputs = inputs  # the first log-prob call below is the training forward
         try:
             return super()._compute_loss(model, inputs)
