@@ -154,3 +154,11 @@ def test_a_wrapped_output_head_keeps_the_full_path(tmp_path):
 def test_a_sync_choice_without_vllm_builds_the_trainer_as_before(tmp_path, sync):
     trainer = _trainer(_model(), tmp_path, weight_sync=sync)
     assert getattr(trainer, "vllm_generation", None) is None  # HF generate: nothing to sync
+
+
+def test_training_steps_run_with_the_skip_and_log_the_sampling_metrics(tmp_path):
+    trainer = _trainer(_model(), tmp_path)
+    trainer.args.max_steps = 2
+    trainer.train()
+    logged = [row for row in trainer.state.log_history if "sampling/importance_sampling_ratio/mean" in row]
+    assert len(logged) == 2 and all(row["loss"] == row["loss"] for row in logged)  # not NaN
