@@ -91,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     llm = LLM(model=location, gpu_memory_utilization=args.share, dtype="bfloat16",
               max_model_len=args.max_model_len or args.tokens + 1024, **engine)
     engine_s = time.perf_counter() - started
-    prompt_ids = batch_prompts(llm.get_tokenizer(), args.prompts)
+    from transformers import AutoTokenizer
+
+    prompt_ids = batch_prompts(AutoTokenizer.from_pretrained(location), args.prompts)  # the trainer's tokenizer
     results = []
     for kind in REQUESTS:
         prompts, n = requests(kind, prompt_ids, args.generations)

@@ -387,6 +387,12 @@ def test_plain_vllm_rollout_asks_the_batch_both_ways_and_reports_ratios(tmp_path
                {"engine": "trl", **vllm_rollout.summarize("plain", [0.5, 0.5, 0.6], [1000, 1000, 1000])}]
     assert results[0]["tok_s"] == 1000 and results[1]["tok_s"] == 2000
     assert "| trl | plain | 0.500 | 1000 | 2,000 | 2.00 |" in vllm_rollout.table(results)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(gpu_grpo.qwen3_tokenizer_files()))
+    prompts = vllm_rollout.batch_prompts(tokenizer, 8)  # the product's GRPO prompts, in the chat template
+    assert len(prompts) == 8 and len(set(map(tuple, prompts))) == 8
+    assert tokenizer.decode(prompts[0]).startswith("<|im_start|>")
     args = vllm_rollout.parse_args(["--model", "m", "--tokens", "512", "--ignore-eos"])
     assert (args.prompts, args.generations, args.tokens, args.ignore_eos, args.engine) == (8, 8, 512, True, "trl")
     with pytest.raises(SystemExit):
