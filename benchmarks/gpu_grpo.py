@@ -501,7 +501,7 @@ def table(results: list[dict]) -> str:
         share = 100 * r["gen_tok_s"] / (floor * r["num_gpus"]) if floor and r.get("gen_tok_s") else None
         lines.append("| " + " | ".join([
             r["model"], str(r["completion"]), f"{r['prompts']} x {r['generations']}", str(r["num_gpus"]),
-            MODES[r["mode"]].label if r["mode"] in MODES else r["mode"], _fmt(r.get("step_s"), 2),
+            r.get("mode_label") or (MODES[r["mode"]].label if r["mode"] in MODES else r["mode"]), _fmt(r.get("step_s"), 2),
             _fmt(r.get("gen_tok_s"), 0), _fmt(r.get("trained_tok_s"), 0),
             f"{_fmt(r.get('smi_peak_gib'))} / {_fmt(r.get('torch_peak_gib'))}",
             _fmt(step_ratio, 2), _fmt(gen_ratio, 2), _fmt(floor, 0), _fmt(share, 2),
