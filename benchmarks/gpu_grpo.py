@@ -238,7 +238,8 @@ def _write_from_recipe(spec: RunSpec, location: str, path: Path) -> Path:
         cfg.model.gpu_memory_utilization = spec.vllm_share
     cfg.model.name_or_path = location
     cfg.sft.enabled = False
-    cfg.data.grpo_source, cfg.data.n_grpo = "generator:train", 512  # the hub is out of reach on the GPU machine
+    # the hub is out of reach on the GPU machine: GRPO's prompts and the pre-flight's held-out ones from the generator
+    cfg.data.grpo_source, cfg.data.n_grpo, cfg.data.eval_source = "generator:train", 512, "generator:test"
     g = cfg.grpo
     g.max_steps, g.logging_steps, g.save_steps, g.preflight_prompts = spec.steps, 1, 100000, 1
     g.on_preflight_error = "continue"

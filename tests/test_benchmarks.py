@@ -351,6 +351,7 @@ def test_a_shipped_recipe_row_changes_only_the_model_path_steps_and_offline_need
     written = flat(load_recipe(gpu_grpo.write_recipe(spec, "/models/q8", tmp_path / "r.yaml")))
     changed = {k for k in shipped if shipped[k] != written[k]}
     assert changed == {"model.name_or_path", "grpo.max_steps", "sft.enabled", "data.grpo_source", "data.n_grpo",
+                       "data.eval_source",
                        "grpo.logging_steps", "grpo.save_steps", "grpo.preflight_prompts", "grpo.on_preflight_error",
                        "tracking.swanlab"}
     assert written["model.backend"] == "unsloth" and written["model.load_in_4bit"] and written["model.fast_inference"]
