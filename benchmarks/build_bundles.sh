@@ -41,6 +41,11 @@ fetch pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspe
   model-hosting-container-standards==0.1.16 pycountry==26.2.16 pydantic-extra-types==2.11.1 referencing==0.37.0 \
   rpds-py==2026.9.1 watchfiles==1.3.0 prometheus_fastapi_instrumentator==8.1.0 prometheus_client==0.26.0 \
   msgspec==0.23.0 ${VLLM_EXTRA:-}  # msgspec also comes with Unsloth's set: a WITH_UNSLOTH=0 bundle lacked it
+# vLLM's in-flight bitsandbytes path (Unsloth 4-bit + fast_inference) imports every quantization config: these are
+# vLLM 0.22.0's pins from its METADATA (requirements-gpu.txt), ~0.6 MB; the image has humming's other needs
+# (triton, jinja2, cuda-bindings, nvidia-ml-py, tabulate, the CUDA runtime and nvrtc) but not nvcc, which humming
+# only looks for when it compiles its own kernels (not on the bitsandbytes path)
+fetch compressed-tensors==0.15.0.1 loguru==0.7.3 humming-kernels==0.1.2 pyelftools==0.33
 
 # the app's own: gradio 6.31.0's requirements minus what the image (KINDS.md) and the vllm bundle already hold
 APP_WHEELS="gradio==6.31.0 gradio_client==2.7.2 brotli==1.2.1 groovy==0.1.2 hf-gradio==0.4.1 orjson==3.13.0 \

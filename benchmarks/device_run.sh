@@ -5,7 +5,9 @@
 # the call and run one after the other); vllm-smoke; wait-speed (follows the speed suite until done or WAIT_S);
 # serve and eval-speed (the vLLM chat proof and eval timing); share-job-chat and share-chat-job (a chat server and
 # a training job on one GPU); report; seed-sft and seed-regime (issue 13's
-# experiment, in the background) and wait-seed (follows it until done or WAIT_S); space-e2e (the app itself through its
+# experiment, in the background) and wait-seed (follows it until done or WAIT_S); grpo-speed (issue 24's small rows and
+# the plain vllm.LLM.generate of their batches), grpo-speed-8b (its Qwen3-8B rows, after grpo-speed), wait-grpo-speed
+# (follows both until done or WAIT_S) and report-speed (their results/gpu/grpo_step.json into $OUT); space-e2e (the app itself through its
 # API, benchmarks/space_e2e.py, in the background) and wait-e2e (follows it until done or WAIT_S). Results go under /tmp/bench (kept while the
 # machine stays warm); each call packs every log and result so far (no weights) into $OUT/bench_<time>.tgz and prints
 # the table of every run last.
@@ -13,6 +15,8 @@ set -uo pipefail
 source benchmarks/device_setup.sh
 W=/tmp/bench; mkdir -p $W
 B="python3 -m benchmarks.gpu_grpo"
+G=$W/grpo_speed; mkdir -p $G  # issue 24's runs
+ROLL="python3 -m benchmarks.vllm_rollout"
 SEED="python3 -m pipelines.experiments.seed_regime --recipe benchmarks/recipes/smollm2_seed_regime_gpu.yaml \
   --worked 'generator:train?levels=1-2' --answers 'generator:train?levels=1-2' --eval-data 'generator:test?levels=1-2' \
   --minutes ${SEED_MINUTES:-4} --max-rounds 5 --work $W/seed --out $W/learning_seed_regime_gpu"
@@ -21,8 +25,8 @@ background() {  # NAME COMMAND...: run in its own session (survives the call), l
   setsid nohup bash -c "$*; echo exit \$? > $W/$name.done" > $W/$name.log 2>&1 < /dev/null &
   echo "started $name in the background (log $W/$name.log)"
 }
-progress() {  # the newest run's last log lines
-  local log; log=$(ls -t $W/speed/runs/*/log.txt 2>/dev/null | head -1)
+progress() {  # the newest run's last log lines (under $W/${1:-speed})
+  local log; log=$(ls -t $W/${1:-speed}/runs/*/log.txt 2>/dev/null | head -1)
   [ -n "$log" ] && echo "$(date +%H:%M:%S) $(basename $(dirname $log)): $(grep -c 'grpo step' $log) steps logged; $(tail -1 $log | cut -c1-160)"
 }
 for step in "$@"; do
@@ -50,6 +54,24 @@ for p in ('transformers','trl','peft','accelerate','datasets','bitsandbytes','un
         > $W/gpu_share_$scenario.log 2>&1; tail -30 $W/gpu_share_$scenario.log ;;
     eval-speed) timeout 280 python3 -m benchmarks.eval_speed ${EVAL_ARGS:-} > $W/eval_speed.log 2>&1; tail -10 $W/eval_speed.log ;;
     report) $B report $W/speed --out $W/grpo_step.json && cp $W/grpo_step.json $OUT/ ;;
+    # issue 24: each GRPO row is one `python -m pipelines.train` job (benchmarks.gpu_grpo); the plain generate of the
+    # same batches (benchmarks.vllm_rollout) runs alone on the GPU before and after the small rows
+    grpo-speed) background grpo-speed "$ROLL --model smollm2-135m --tokens 128 --out $G/vllm_rollout_smollm2.json \
+      > $G/vllm_rollout_smollm2.log 2>&1; $B models --out $W/models --shapes qwen3-1.7b-shape; \
+      $B suite targets --models $W/models --gpus 0 --out $G --timeout 420 --deadline ${SPEED_S:-1200}; \
+      $ROLL --model $W/models/qwen3-1.7b-shape --tokens 512 --ignore-eos --share 0.3 \
+      --out $G/vllm_rollout_qwen3-1.7b.json > $G/vllm_rollout_qwen3-1.7b.log 2>&1" ;;
+    grpo-speed-8b) background grpo-speed-8b "while [ -f $W/grpo-speed.log ] && [ ! -f $W/grpo-speed.done ]; do sleep 2; done; \
+      $B models --out $W/models --shapes qwen3-8b-shape; \
+      $B suite targets-8b --models $W/models --gpus 0 --out $G --timeout 600 --deadline ${SPEED8_S:-1800}" ;;
+    wait-grpo-speed)
+      end=$(( $(date +%s) + ${WAIT_S:-500} ))
+      while { [ -f $W/grpo-speed.log ] && [ ! -f $W/grpo-speed.done ]; } || { [ -f $W/grpo-speed-8b.log ] && \
+          [ ! -f $W/grpo-speed-8b.done ]; }; do
+        [ $(date +%s) -ge $end ] && break; progress grpo_speed; sleep 20
+      done
+      tail -3 $W/grpo-speed.log $W/grpo-speed-8b.log 2>/dev/null; cat $W/grpo-speed*.done 2>/dev/null ;;
+    report-speed) $B report $G --out $W/grpo_step.json && cp $W/grpo_step.json $OUT/ && $B table $G ;;
     # seed-sft: the data and sft-W alone (TRL and SmolLM2 suffice: it can run while the vLLM parts still travel);
     # seed-regime: after seed-sft (if started) and BEFORE_SEED, the whole experiment (sft-W is then skipped), its
     # four checkpoints evaluated through vLLM if an eval-speed run's vLLM evaluation finished, else transformers

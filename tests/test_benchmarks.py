@@ -308,3 +308,114 @@ def test_grpo_job_runs_as_two_ddp_processes_that_write_one_run_folder(tmp_path):
     # each process takes its own prompt (8 completions) per step: 2 steps x 2 processes of the 512 prompts
     assert rows[-1]["epoch"] == pytest.approx(2 * 2 / 512)  # a single process would be at 2 / 512
     assert (run_dir / "grpo" / "adapter_config.json").is_file()
+
+
+def test_the_bundle_carries_vllms_quantization_pins_from_the_gpu_requirements():
+    """Unsloth 4-bit + vLLM failed at load for want of these (results/gpu/grpo_step.json): the carried bundle and the
+    GPU image's requirements name the same versions."""
+    import re
+
+    root = gpu_grpo.ROOT
+    pins = dict(re.findall(r"^([\w-]+)(?:\[\w+\])?==(\S+)", (root / "requirements-gpu.txt").read_text(), re.M))
+    script = (root / "benchmarks" / "build_bundles.sh").read_text()
+    for name in ("compressed-tensors", "loguru", "humming-kernels", "pyelftools"):
+        assert f"{name}=={pins[name]}" in script, name
+
+
+def test_issue_24_suites_ask_for_the_target_rows():
+    small = gpu_grpo.suite("targets")[0]
+    assert [(s.model, s.prompts, s.generations, s.completion) for s in small] == [
+        ("smollm2-135m", 8, 8, 128), ("smollm2-135m", 8, 8, 128), ("qwen3-1.7b-shape", 8, 8, 512),
+        ("smollm2-135m", 8, 8, 128)]
+    assert [s.mode for s in small if s.model == "smollm2-135m"] == ["trl-vllm-deltas", "trl-vllm", "trl-vllm-lora"]
+    assert all(s.steps - gpu_grpo.WARMUP_STEPS >= 20 for s in small)
+    big = gpu_grpo.suite("targets-8b")[0]
+    assert all((s.model, s.prompts, s.completion, s.recipe) == ("qwen3-8b-shape", 1, 1024, gpu_grpo.SEED_RECIPE)
+               for s in big)
+    assert [s.mode for s in big] == ["recipe", "trl-vllm", "recipe"] and big[0].vllm_share is None
+    assert all(s.steps - gpu_grpo.WARMUP_STEPS >= 8 for s in big)
+    assert len({s.label for s in small + big}) == len(small + big)
+
+
+def test_a_shipped_recipe_row_changes_only_the_model_path_steps_and_offline_needs(tmp_path):
+    from dataclasses import asdict
+
+    from grpo_playground.config import load_recipe
+
+    def flat(cfg):
+        return {f"{section}.{k}": v for section, values in asdict(cfg).items() if isinstance(values, dict)
+                for k, v in values.items()}
+
+    shipped = flat(load_recipe(gpu_grpo.SEED_RECIPE))
+    spec = gpu_grpo.RunSpec("qwen3-8b-shape", "recipe", 1024, prompts=1, steps=11, recipe=gpu_grpo.SEED_RECIPE)
+    written = flat(load_recipe(gpu_grpo.write_recipe(spec, "/models/q8", tmp_path / "r.yaml")))
+    changed = {k for k in shipped if shipped[k] != written[k]}
+    assert changed == {"model.name_or_path", "grpo.max_steps", "sft.enabled", "data.grpo_source", "data.n_grpo",
+                       "data.eval_source",
+                       "grpo.logging_steps", "grpo.save_steps", "grpo.preflight_prompts", "grpo.on_preflight_error",
+                       "tracking.swanlab"}
+    assert written["model.backend"] == "unsloth" and written["model.load_in_4bit"] and written["model.fast_inference"]
+
+    trl = gpu_grpo.RunSpec("qwen3-8b-shape", "trl-vllm-deltas", 1024, prompts=1, steps=11, vllm_share=0.2,
+                           recipe=gpu_grpo.SEED_RECIPE)
+    other = flat(load_recipe(gpu_grpo.write_recipe(trl, "/models/q8", tmp_path / "t.yaml")))
+    assert (other["model.backend"], other["model.load_in_4bit"], other["grpo.weight_sync"]) == ("trl", False, "deltas")
+    assert other["model.gpu_memory_utilization"] == 0.2 and other["grpo.max_completion_length"] == 1024
+    with pytest.raises(ValueError, match="recipe's batch"):
+        gpu_grpo.write_recipe(gpu_grpo.RunSpec("q", "recipe", 512, recipe=gpu_grpo.SEED_RECIPE), "/m", tmp_path / "x.yaml")
+
+
+def test_speed_modes_reach_the_recipe(tmp_path):
+    from grpo_playground.config import load_recipe
+
+    def grpo(mode):
+        return load_recipe(gpu_grpo.write_recipe(gpu_grpo.RunSpec("m", mode, 128, 8), "/m", tmp_path / f"{mode}.yaml")).grpo
+
+    assert (grpo("trl-vllm").logprobs, grpo("trl-vllm").weight_sync) == ("chunked", "merge")  # the product's defaults
+    assert grpo("trl-vllm-full").logprobs == "full" and grpo("trl-vllm-deltas").weight_sync == "deltas"
+    assert grpo("trl-vllm-lora").weight_sync == "lora"
+
+
+def test_plain_vllm_rollout_asks_the_batch_both_ways_and_reports_ratios(tmp_path):
+    from benchmarks import vllm_rollout
+
+    ids = [[1, 2, 3], [4, 5]]
+    trl, n = vllm_rollout.requests("trl", ids, 4)
+    assert n == 1 and len(trl) == 8 and trl[4] == {"prompt_token_ids": [4, 5]}  # TRL colocate: a request per row
+    plain, n = vllm_rollout.requests("plain", ids, 4)
+    assert n == 4 and len(plain) == 2
+    results = [{"engine": "trl", **vllm_rollout.summarize("trl", [2.0, 1.0, 1.0], [1000, 1000, 1000])},
+               {"engine": "trl", **vllm_rollout.summarize("plain", [0.5, 0.5, 0.6], [1000, 1000, 1000])}]
+    assert results[0]["tok_s"] == 1000 and results[1]["tok_s"] == 2000
+    assert "| trl | plain | 0.500 | 1000 | 2,000 | 2.00 |" in vllm_rollout.table(results)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(gpu_grpo.qwen3_tokenizer_files()))
+    prompts = vllm_rollout.batch_prompts(tokenizer, 8)  # the product's GRPO prompts, in the chat template
+    assert len(prompts) == 8 and len(set(map(tuple, prompts))) == 8
+    assert tokenizer.decode(prompts[0]).startswith("<|im_start|>")
+    args = vllm_rollout.parse_args(["--model", "m", "--tokens", "512", "--ignore-eos"])
+    assert (args.prompts, args.generations, args.tokens, args.ignore_eos, args.engine) == (8, 8, 512, True, "trl")
+    with pytest.raises(SystemExit):
+        vllm_rollout.parse_args(["--model", "m", "--repeats", "0"])
+
+    (tmp_path / "vllm_rollout_m.json").write_text(json.dumps({"engine_start_s": 40.0, "results": results, "prompts": 8,
+                                                              "generations": 8, "tokens": 128}))
+    (tmp_path / "run.json").write_text(json.dumps(_result("trl-vllm", 1.0, 9000.0) | {"label": "x", "completion": 128}))
+    out = gpu_grpo.report(gpu_grpo.load_results([tmp_path]), gpu_grpo.load_rollouts([tmp_path]))
+    assert list(out["runs"]) == ["x"] and out["plain_vllm_generate"]["vllm_rollout_m"]["results"][1]["tok_s"] == 2000
+
+
+def test_device_run_has_every_step_the_rerun_instructions_name():
+    import re
+
+    script = (gpu_grpo.ROOT / "benchmarks" / "device_run.sh").read_text()
+    assert subprocess.run(["bash", "-n", "benchmarks/device_run.sh"], cwd=gpu_grpo.ROOT).returncode == 0
+    steps = set(re.findall(r"^    ([\w|-]+)\)", script, re.M))
+    steps = {s for group in steps for s in group.split("|")}
+    rerun = (gpu_grpo.ROOT / "BENCHMARKS.md").read_text()
+    named = set(re.findall(r"device_run\.sh ((?:[\w-]+ ?)+)", rerun))
+    for line in named:
+        for step in line.split():
+            assert step in steps, step
+    assert {"grpo-speed", "grpo-speed-8b", "wait-grpo-speed", "report-speed"} <= steps

@@ -19,6 +19,8 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 SCALE_REWARDS = ("group", "batch", "none")
 PREFLIGHT_ERROR_ACTIONS = ("pause", "continue")
+LOGPROB_PATHS = ("chunked", "full")
+WEIGHT_SYNCS = ("merge", "deltas", "lora")
 SWANLAB_MODES = ("auto", "offline", "online", "local", "disabled")
 LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_restarts", "polynomial")
 OPTIMIZERS = ("adamw_8bit", "adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "paged_adamw_8bit")
@@ -220,6 +222,16 @@ class GRPOStage:
     mask_truncated_completions: bool = field(default=False, metadata=_help(
         "Exclude completions cut at max_completion_length from the loss (a guard against truncation hacking).",
         label="Leave truncated completions out of the loss"))
+    logprobs: str = field(default="chunked", metadata=_help(
+        "How per-token log-probs come from the hidden states (TRL + PEFT): chunked (TRL's chunked path over the "
+        "vocabulary: memory grows with the chunk, not with rows x length x vocabulary) or full (TRL's default, a "
+        "float32 logits tensor over the whole vocabulary). A wrapped output head (registered tags) always uses full.",
+        choices=LOGPROB_PATHS, label="Log-prob computation"))
+    weight_sync: str = field(default="merge", metadata=_help(
+        "How the policy reaches TRL's colocated vLLM each step: merge (TRL's: merge the LoRA, load every weight, "
+        "unmerge), deltas (write W + B@A x scale of the LoRA layers only into vLLM's tensors, in place) or lora "
+        "(vLLM keeps the base weights and serves the adapter from a LoRA slot, as Unsloth does).",
+        choices=WEIGHT_SYNCS, label="vLLM weight sync"))
     preflight_prompts: int = field(default=4, metadata=_help(
         "Pre-flight: held-out prompts sampled (each num_generations times) and scored before GRPO starts."))
     on_preflight_error: str = field(default="pause", metadata=_help(
@@ -252,6 +264,8 @@ class GRPOStage:
         _check_choice(f"{prefix}.loss_type", self.loss_type, LOSS_TYPES)
         _check_choice(f"{prefix}.scale_rewards", self.scale_rewards, SCALE_REWARDS)
         _check_choice(f"{prefix}.on_preflight_error", self.on_preflight_error, PREFLIGHT_ERROR_ACTIONS)
+        _check_choice(f"{prefix}.logprobs", self.logprobs, LOGPROB_PATHS)
+        _check_choice(f"{prefix}.weight_sync", self.weight_sync, WEIGHT_SYNCS)
         _check_range(f"{prefix}.epsilon", self.epsilon, 0.0, 1.0)
         _check_range(f"{prefix}.max_completion_length", self.max_completion_length, 8, 131072)
         _check_range(f"{prefix}.num_iterations", self.num_iterations, 1, 64)

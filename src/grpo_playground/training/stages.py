@@ -139,6 +139,7 @@ def run_grpo(cfg: RunConfig, folder: RunFolder, policy: Policy, tracker, history
     from trl import GRPOTrainer
 
     from grpo_playground.rewards import get_reward_funcs
+    from grpo_playground.training.grpo_trainer import PlaygroundGRPOTrainer
 
     g = cfg.grpo
     dataset = training_rows(cfg, policy.tokenizer, "grpo", folder)
@@ -150,8 +151,11 @@ def run_grpo(cfg: RunConfig, folder: RunFolder, policy: Policy, tracker, history
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     timer = StepTimer(cuda_sync())
     callback = RunCallback(folder, "grpo", tracker, history, recorder, g.max_minutes, timer)
-    trainer = GRPOTrainer(model=policy.model, reward_funcs=recorder.funcs, args=args, train_dataset=dataset,
-                          processing_class=policy.tokenizer, callbacks=[callback])
+    # TRL + PEFT: the product's trainer (no forward twice, chunked log-probs, the chosen vLLM sync); Unsloth its own
+    options = dict(logprobs=g.logprobs, weight_sync=g.weight_sync) if policy.backend == "trl" else {}
+    trainer = (PlaygroundGRPOTrainer if options else GRPOTrainer)(
+        model=policy.model, reward_funcs=recorder.funcs, args=args, train_dataset=dataset,
+        processing_class=policy.tokenizer, callbacks=[callback], **options)
     timer.wrap(trainer, "training_step", "forward_backward")  # outermost: the phases below nest inside it
     instrument_grpo(trainer, policy.backend, timer)
     return _train(trainer, folder, "grpo", resume, callback, policy)
