@@ -1,6 +1,6 @@
-"""The job runner without the UI: launcher, queue, stop, crash reasons, stale states, incremental reading.
+"""The job runner without the UI: supervisor, queue, stop, crash reasons, stale states, incremental reading.
 
-Jobs here are small Python programs (the launcher runs any command); the real training CLI is driven
+Jobs here are small Python programs (the supervisor runs any command); the real training CLI is driven
 through the app in tests/test_training_tab.py.
 """
 
@@ -29,7 +29,7 @@ from grpo_playground.jobs import (
     spawn_job,
     stop_run,
 )
-from grpo_playground.jobs.launcher import crash_reason
+from grpo_playground.jobs.crash import crash_reason
 from grpo_playground.run_layout import new_run_id, write_status
 
 
@@ -79,13 +79,13 @@ for step in range(1, 4):
 def test_job_runs_in_its_own_session_and_finishes(runs):
     run_dir = make_run(runs)
     info = spawn_job(run_dir, job(WRITES_METRICS) + [str(run_dir)])
-    assert info.job["pgid"] == info.job["launcher_pid"] != os.getpgid(0)  # own process group, not ours
+    assert info.job["pid"] == os.getpgid(info.job["pid"]) != os.getpgid(0)  # its own process group, not ours
     wait_for(lambda: state(run_dir) == "finished", what="finished")
     feed = RunFeed(run_dir)
     feed.poll()
     assert [m["step"] for m in feed.metrics] == [1, 2, 3]
     assert "got the training slot" in (run_dir / "log.txt").read_text()  # output goes to the file
-    wait_for(lambda: not group_members(info.job["pgid"]), what="no process left")
+    wait_for(lambda: not group_members(info.job["pid"]), what="no process left")
 
 
 def test_crash_marks_failed_with_the_error_line(runs):
@@ -124,12 +124,12 @@ def test_stop_kills_the_whole_group_after_the_grace_period(runs):
     run_dir = make_run(runs)
     info = spawn_job(run_dir, job(IGNORES_SIGTERM_WITH_GRANDCHILD) + [str(run_dir)])
     wait_for(lambda: (run_dir / "started").exists(), what="job start")
-    assert len(group_members(info.job["pgid"])) == 3  # launcher, job, grandchild
+    assert len(group_members(info.job["pid"])) == 3  # supervisor, job, grandchild
     stop_run(run_dir.name)
     assert (run_dir / "stop.request").exists()
     wait_for(lambda: state(run_dir) == "stopped", timeout=20, what="stopped")
     assert "killed 3 s after the stop request" in load_run(run_dir).status["reason"]
-    wait_for(lambda: not group_members(info.job["pgid"]), what="no orphan")
+    wait_for(lambda: not group_members(info.job["pid"]), what="no orphan")
 
 
 STOPS_CLEANLY = """
@@ -167,7 +167,7 @@ def test_queue_is_fifo_and_a_queued_job_can_be_cancelled(runs):
 
 def test_stop_reaches_a_run_started_from_the_cli(runs):
     run_dir = make_run(runs)
-    proc = subprocess.Popen(job(STOPS_CLEANLY) + [str(run_dir)])  # no launcher, no job.json
+    proc = subprocess.Popen(job(STOPS_CLEANLY) + [str(run_dir)])  # no supervisor, no job.json
     wait_for(lambda: (run_dir / "started").exists(), what="job start")
     write_status(run_dir, state="running", pid=proc.pid)
     assert stop_run(run_dir.name).state == "stopping"  # asked, not assumed: the job is still saving
@@ -179,8 +179,8 @@ def test_dead_job_is_marked_failed(runs):
     run_dir = make_run(runs)
     info = spawn_job(run_dir, job("import time; time.sleep(600)"))
     wait_for(lambda: state(run_dir) == "running", what="running")
-    os.killpg(info.job["pgid"], signal.SIGKILL)  # the machine's OOM killer, say: nobody writes a status
-    wait_for(lambda: not group_members(info.job["pgid"]), what="group gone")
+    os.killpg(info.job["pid"], signal.SIGKILL)  # the machine's OOM killer, say: nobody writes a status
+    wait_for(lambda: not group_members(info.job["pid"]), what="group gone")
     assert [r.state for r in list_runs()] == ["failed"]
     assert load_run(run_dir).status["reason"] == "process died"
 

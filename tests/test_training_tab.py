@@ -63,8 +63,8 @@ def client(app_url):
     yield Client(app_url, verbose=False)
     # Jobs outlive the app by design: a test that failed half-way must not leave one training on shared cores.
     for info in list_runs():
-        if info.state in ACTIVE_STATES and info.job.get("pgid"):
-            kill_group(info.job["pgid"])
+        if info.state in ACTIVE_STATES and info.job.get("pid"):
+            kill_group(info.job["pid"])
 
 
 # --- the form is the RunConfig ------------------------------------------------------------------------
