@@ -29,7 +29,10 @@ from grpo_playground.jobs import (
     spawn_job,
     stop_run,
 )
+from grpo_playground.child_process import job_env
+from grpo_playground.contracts.process import process_start_ticks
 from grpo_playground.jobs.crash import crash_reason
+from grpo_playground.jobs.record import read_record, start_job, step
 from grpo_playground.run_layout import new_run_id, write_status
 
 
@@ -163,6 +166,45 @@ def test_queue_is_fifo_and_a_queued_job_can_be_cancelled(runs):
     assert not (third / "started").exists()
     stop_run(second.name)
     wait_for(lambda: state(second) == "stopped", what="second stopped")
+
+
+def test_a_comparison_waits_behind_training_runs_queued_before_it(runs):
+    # Before: a waiting comparison's supervisor took the slot as soon as it was free, ahead of runs queued earlier
+    # (it only tried the lock; the training launcher kept to its queue of runs)
+    first, second = make_run(runs, "a"), make_run(runs, "b")
+    spawn_job(first, job(STOPS_CLEANLY) + [str(first)])
+    wait_for(lambda: (first / "started").exists(), what="first job start")
+    spawn_job(second, job(STOPS_CLEANLY) + [str(second)])
+    folder = runs / "comparisons" / new_run_id("compare")
+    folder.mkdir(parents=True)
+    ran = folder / "ran"
+    with open(folder / "comparison.log", "wb") as log:
+        start_job(folder / "comparison_job.json", "compare",
+                  [step("experiment", job(f"import pathlib; pathlib.Path({str(ran)!r}).write_text('1')"))], log,
+                  job_env(), slot=runs / ".gpu.lock")
+    stop_run(first.name)
+    wait_for(lambda: (second / "started").exists(), what="the run queued first takes the slot")
+    assert not ran.exists() and read_record(folder / "comparison_job.json")["state"] == "queued"
+    stop_run(second.name)
+    wait_for(lambda: ran.exists(), what="the comparison takes the slot after it")
+    wait_for(lambda: read_record(folder / "comparison_job.json")["state"] == "finished", what="comparison done")
+
+
+def test_a_run_of_an_earlier_version_is_listed_and_stopped(runs):
+    # job.json as the launcher of earlier versions wrote it; that launcher (here a stand-in that stops cleanly
+    # on SIGTERM) still runs the job
+    run_dir = make_run(runs)
+    launcher = subprocess.Popen(job(STOPS_CLEANLY) + [str(run_dir)], start_new_session=True)
+    wait_for(lambda: (run_dir / "started").exists(), what="job start")
+    (run_dir / "job.json").write_text(json.dumps({
+        "launcher_pid": launcher.pid, "pgid": launcher.pid, "start_ticks": process_start_ticks(launcher.pid),
+        "queued_at": time.time(), "stage": "sft", "command": ["python", "-m", "grpo_playground.cli.train"]}))
+    write_status(run_dir, state="running", pid=launcher.pid)
+    [info] = list_runs()
+    assert (info.state, info.stage, info.job["pid"]) == ("running", "sft", launcher.pid)
+    assert stop_run(run_dir.name).state == "stopping"
+    assert launcher.wait(timeout=20) == 0
+    assert state(run_dir) == "stopped"
 
 
 def test_stop_reaches_a_run_started_from_the_cli(runs):

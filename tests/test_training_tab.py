@@ -243,9 +243,9 @@ def test_overall_eta_adds_the_later_stages_budgets(tmp_path):
 
     (tmp_path / "recipe.yaml").write_text((ROOT / "recipes" / "quick.yaml").read_text())
     quick = load_recipe(ROOT / "recipes" / "quick.yaml")
-    assert run_views.later_stage_budgets(RunInfo("q", tmp_path, {}, {"stage": "all"})) == \
+    assert run_views.later_stage_budgets(RunInfo("q", tmp_path, {}, {"meta": {"stage": "all"}})) == \
         [("sft", quick.sft.max_minutes * 60), ("grpo", quick.grpo.max_minutes * 60)]
-    assert [s for s, _ in run_views.later_stage_budgets(RunInfo("q", tmp_path, {}, {"stage": "sft"}))] == ["sft"]
+    assert [s for s, _ in run_views.later_stage_budgets(RunInfo("q", tmp_path, {}, {"meta": {"stage": "sft"}}))] == ["sft"]
 
     info = RunInfo("r", Path("r"), {"state": "running", "stage": "sft", "step": 10, "max_steps": 20, "eta_s": 60.0}, {})
     plan = [("sft", 180.0), ("grpo", 120.0)]

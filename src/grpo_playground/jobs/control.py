@@ -20,7 +20,7 @@ from grpo_playground.child_process import job_env
 from grpo_playground.cli.args import TrainArgs
 from grpo_playground.config import RunConfig, save_recipe
 from grpo_playground.contracts.process import is_alive, kill_group
-from grpo_playground.jobs.record import start_job, step, stop_job
+from grpo_playground.jobs.record import start_job, step
 from grpo_playground.jobs.runs import RunInfo, compact_metrics, load_run, queue_order, reconcile, stop_grace_s
 from grpo_playground.run_layout import (
     ACTIVE_STATES,
@@ -132,7 +132,7 @@ def stop_run(run_id: str, token: str | None = None) -> RunInfo:
     pgid = info.job.get("pid")  # the supervisor's: its session is the job's process group
     trainer = _live_trainer(info)
     if is_alive(pgid, info.job.get("start_ticks")):
-        stop_job(info.path / JOB_FILE, whole_group=False)
+        _signal(pgid, signal.SIGTERM)  # the supervisor alone: it passes the stop to the trainer, which saves first
     elif trainer is not None:
         # The supervisor is gone (killed on its own) but training goes on: ask the trainer itself, which
         # saves a checkpoint at its next step boundary, and kill what is left only after the grace period.

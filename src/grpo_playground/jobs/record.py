@@ -100,11 +100,10 @@ def slot_queue(runs: Path) -> list[Path]:
     return [Path(path) for _, path in sorted(waiting)]
 
 
-def stop_job(path: Path, whole_group: bool = True) -> int | None:
-    """SIGTERM the job's process group, or its supervisor alone (`whole_group` False: a training run, whose
-    supervisor passes the stop to the trainer so that it saves first); the supervisor records the stop. Its pid,
-    or None when not running. A group whose supervisor was killed on its own is SIGKILLed: nothing is left to
-    record or save."""
+def stop_job(path: Path) -> int | None:
+    """SIGTERM the job's process group (the supervisor records the stop); its pid, or None when not running. A
+    group whose supervisor was killed on its own is SIGKILLed: nothing is left to record or save. (A training run
+    is stopped through its supervisor alone, which passes the stop to the trainer: jobs.control.stop_run.)"""
     record = read_record(path)
     if not job_running(record):
         if record.get("pid") and group_members(record["pid"]):
@@ -112,7 +111,7 @@ def stop_job(path: Path, whole_group: bool = True) -> int | None:
             return record["pid"]
         return None
     try:
-        (os.killpg if whole_group else os.kill)(record["pid"], signal.SIGTERM)
+        os.killpg(record["pid"], signal.SIGTERM)
     except ProcessLookupError:
         return None
     return record["pid"]
