@@ -91,26 +91,46 @@ def test_job_runs_in_its_own_session_and_finishes(runs):
     wait_for(lambda: not group_members(info.job["pid"]), what="no process left")
 
 
-def test_crash_marks_failed_with_the_error_line(runs):
+CRASHES = """
+import pathlib, sys
+from grpo_playground.contracts.process import keep_traceback
+keep_traceback(pathlib.Path(sys.argv[1], "traceback.txt"))  # as the training CLI does
+print("ValueError: a line in the log that must not matter", flush=True)
+raise ValueError("reward weights are all zero")
+"""
+
+
+def test_crash_marks_failed_with_the_exception_from_its_traceback_file(runs):
     run_dir = make_run(runs)
-    spawn_job(run_dir, job("raise ValueError('reward weights are all zero')"))
+    spawn_job(run_dir, job(CRASHES) + [str(run_dir)])
     wait_for(lambda: state(run_dir) == "failed", what="failed")
     assert load_run(run_dir).status["reason"] == "ValueError: reward weights are all zero"
+    assert "Traceback" in (run_dir / "log.txt").read_text()  # still printed for people
 
 
-@pytest.mark.parametrize("log, rc, expected", [
+def test_a_crash_without_a_traceback_file_is_told_by_its_exit_code(runs):
+    run_dir = make_run(runs)
+    spawn_job(run_dir, job("print('RuntimeError: CUDA error: device-side assert triggered'); raise SystemExit(3)"))
+    wait_for(lambda: state(run_dir) == "failed", what="failed")
+    assert load_run(run_dir).status["reason"] == "exited with code 3: see log.txt"  # the log's text is not read
+
+
+@pytest.mark.parametrize("traceback, rc, expected", [
     # a GPU crash of NaN logits is diagnosed, not left as a stack trace
-    ("RuntimeError: CUDA error: device-side assert triggered\n", 1, "NaN logits"),
+    ("Traceback (most recent call last):\nRuntimeError: CUDA error: device-side assert triggered\n", 1,
+     "NaN logits"),
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n", 1, "lower grpo.num_generations"),
-    # the last error wins over earlier ones (a retried step)
-    ("KeyError: 'a'\nTraceback (most recent call last):\nTypeError: bad\n", 1, "TypeError: bad"),
-    # SIGKILL without an error line, and no OOM count to go by: only what is known
-    ("step 3\n", -9, "killed by SIGKILL"),
-    ("", 3, "exited with code 3: see log.txt"),
+    # the exception that ended it wins over the one it was handling (a retried step)
+    ("KeyError: 'a'\n\nDuring handling of the above exception, another exception occurred:\n\nTraceback "
+     "(most recent call last):\nTypeError: bad\n", 1, "TypeError: bad"),
+    # SIGKILL without a traceback, and no OOM count to go by: only what is known
+    (None, -9, "killed by SIGKILL"),
+    (None, 3, "exited with code 3: see log.txt"),
 ])
-def test_crash_reason(tmp_path, log, rc, expected):
-    (tmp_path / "log.txt").write_text(log)
-    assert expected in crash_reason(tmp_path / "log.txt", rc)
+def test_crash_reason(tmp_path, traceback, rc, expected):
+    if traceback is not None:
+        (tmp_path / "traceback.txt").write_text(traceback)
+    assert expected in crash_reason(tmp_path, rc)
 
 
 IGNORES_SIGTERM_WITH_GRANDCHILD = """
@@ -192,9 +212,10 @@ def test_a_comparison_waits_behind_training_runs_queued_before_it(runs):
 
 def test_a_run_of_an_earlier_version_is_listed_and_stopped(runs):
     # job.json as the launcher of earlier versions wrote it; that launcher (here a stand-in that stops cleanly
-    # on SIGTERM) still runs the job
+    # on SIGTERM, and only then) still runs the job
     run_dir = make_run(runs)
-    launcher = subprocess.Popen(job(STOPS_CLEANLY) + [str(run_dir)], start_new_session=True)
+    stops_on_sigterm = STOPS_CLEANLY.replace(' and not (run / "stop.request").exists()', "")
+    launcher = subprocess.Popen(job(stops_on_sigterm) + [str(run_dir)], start_new_session=True)
     wait_for(lambda: (run_dir / "started").exists(), what="job start")
     (run_dir / "job.json").write_text(json.dumps({
         "launcher_pid": launcher.pid, "pgid": launcher.pid, "start_ticks": process_start_ticks(launcher.pid),

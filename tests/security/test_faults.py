@@ -70,7 +70,7 @@ def test_a_signal_kill_is_not_blamed_on_the_oom_killer(runs):
 def test_the_oom_killer_is_named_when_the_kernel_counted_one(tmp_path):
     (tmp_path / "log.txt").write_text("grpo step 3\n")
     before = oom_kill_count() - 1  # as if the kernel had counted one OOM kill since the job started
-    assert "out-of-memory killer" in crash_reason(tmp_path / "log.txt", -9, before)
+    assert "out-of-memory killer" in crash_reason(tmp_path, -9, before)
 
 
 REPLAYS_STEPS = """

@@ -30,6 +30,7 @@ from grpo_playground.run_layout import (
     LOG_FILE,
     RECIPE_FILE,
     STOP_FILE,
+    TRACEBACK_FILE,
     new_run_id,
     run_path,
     runs_dir,
@@ -78,8 +79,8 @@ def spawn_job(run_dir: Path, command: list[str], stage: str = "all") -> RunInfo:
     """Queue `command` as the job of `run_dir`: its supervisor runs it when the training slot is free and it is
     first in line. start_run and resume_run use this with the training CLI."""
     run_dir = Path(run_dir).resolve()
-    (run_dir / STOP_FILE).unlink(missing_ok=True)
-    (run_dir / JOB_FILE).unlink(missing_ok=True)
+    for stale in (STOP_FILE, JOB_FILE, TRACEBACK_FILE):  # the previous attempt's
+        (run_dir / stale).unlink(missing_ok=True)
     # pid None: the previous attempt's pid must not make this fresh entry look dead before job.json exists
     write_status(run_dir, state="queued", pid=None, reason="waiting for the training slot")
     with open(run_dir / LOG_FILE, "ab") as log:

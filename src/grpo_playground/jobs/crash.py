@@ -1,30 +1,26 @@
 """Why a training job died when it could not say it itself (killed, or crashed before its own handler wrote
-status.json): the supervisor of a training run writes this one line as the run's reason. Pure Python, no torch."""
+status.json): the supervisor of a training run writes this one line as the run's reason. It reads the traceback
+file the training CLI leaves (contracts.process.keep_traceback) and the exit code, never the log. Pure Python, no
+torch."""
 
 from __future__ import annotations
 
-import re
 import signal
 from pathlib import Path
 
-from grpo_playground.contracts.process import log_tail
+from grpo_playground.contracts.process import last_error
 from grpo_playground.doctor import diagnose_crash  # pure Python, like this module
-from grpo_playground.run_layout import read_status
-
-LOG_TAIL_BYTES = 64_000
-ERROR_LINE_RE = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Interrupt)|Killed|Traceback)\b.*")
+from grpo_playground.run_layout import TRACEBACK_FILE, read_status
 
 
-def crash_reason(log_path: Path, returncode: int, oom_kills_before: int | None = None) -> str:
-    """The doctor's diagnosis of the last error line of the job's traceback (OOM, NaN logits), else that line;
+def crash_reason(run_dir: Path, returncode: int, oom_kills_before: int | None = None) -> str:
+    """The doctor's diagnosis of the exception in the run's traceback file (OOM, NaN logits), else that exception;
     without one, what the exit code says. A signal is blamed on the out-of-memory killer only when the kernel's
     OOM count rose during the job."""
-    tail = log_tail(log_path, LOG_TAIL_BYTES)
-    errors = [m.group(0).strip() for m in map(ERROR_LINE_RE.match, tail.splitlines()) if m]
-    errors = [e for e in errors if not e.startswith("Traceback")]
-    if errors:
-        finding = diagnose_crash(errors[-1], stage=read_status(log_path.parent).get("stage") or "grpo")
-        return f"{finding.message}. Try: {finding.knob} ({errors[-1][:200]})" if finding else errors[-1][:500]
+    error = last_error(run_dir / TRACEBACK_FILE)
+    if error:
+        finding = diagnose_crash(error, stage=read_status(run_dir).get("stage") or "grpo")
+        return f"{finding.message}. Try: {finding.knob} ({error[:200]})" if finding else error[:500]
     if returncode < 0:
         name = signal.Signals(-returncode).name
         oom = None if oom_kills_before is None else (oom_kill_count() or 0) - oom_kills_before

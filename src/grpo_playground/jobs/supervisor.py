@@ -105,8 +105,7 @@ def supervise(path: Path) -> int:
         lock_fd = _take_slot(path, Path(record["slot"]))
         if lock_fd is not None:
             _say("got the training slot")
-        elif run_dir:
-            run_status.stopped_while_queued(run_dir)
+    run_end = run_status.STOPPED_WHILE_QUEUED if record.get("slot") and lock_fd is None else {}
     oom_kills_before = oom_kill_count()
     on_start = (lambda pid: run_status.started(run_dir, pid)) if run_dir else None
     for step in record["steps"]:
@@ -120,13 +119,18 @@ def supervise(path: Path) -> int:
         _say(f"{step['label']}: {step['state']}{' (' + step['reason'] + ')' if step['reason'] else ''}")
         if run_dir:  # no leftover (a generation worker) writes on while the run's end is recorded
             kill_group(os.getpgid(0), spare=os.getpid())
-            record["state"] = run_status.ended(run_dir, returncode, _stop, step["reason"], oom_kills_before)
+            run_end = run_status.ending(run_dir, returncode, _stop, step["reason"], oom_kills_before)
     kill_group(os.getpgid(0), spare=os.getpid())  # nothing of the job outlives it
     failed = [s for s in record["steps"] if s["state"] == StepState.FAILED]
-    if not run_dir or lock_fd is None:
-        record["state"] = JobState.STOPPED if _stop else JobState.FAILED if failed else JobState.FINISHED
+    record["state"] = JobState.STOPPED if _stop else JobState.FAILED if failed else JobState.FINISHED
+    if run_dir:  # the run's own word (a trainer that stopped at a stop.request exits 0)
+        record["state"] = run_status.final_state(run_dir, run_end)
     record.update(ended=time.time(), reason=failed[0]["reason"] if failed else "")
-    write_record(path, record)
+    # a trainer that wrote its own end into status.json may already have been started again, with a new record
+    if read_record(path).get("pid") == os.getpid():
+        write_record(path, record)
+    if run_dir:  # last: once status.json says the run ended, the app may start it again (a new record)
+        run_status.record_end(run_dir, run_end)
     return 0
 
 
