@@ -238,6 +238,18 @@ def test_stop_reaches_a_run_started_from_the_cli(runs):
     assert state(run_dir) == "stopped"
 
 
+def test_a_run_whose_supervisor_is_starting_stays_queued(runs):
+    # Before: a look at the runs between the record's first write and its supervisor's pid marked the run failed
+    run_dir = make_run(runs)
+    write_status(run_dir, state="queued", pid=None)
+    (run_dir / "job.json").write_text(json.dumps({"kind": "train", "pid": None, "state": "created",
+                                                  "started": time.time()}))
+    assert state(run_dir) == "queued"
+    (run_dir / "job.json").write_text(json.dumps({"kind": "train", "pid": None, "state": "created",
+                                                  "started": time.time() - 60}))  # it never started
+    assert state(run_dir) == "failed"
+
+
 def test_dead_job_is_marked_failed(runs):
     run_dir = make_run(runs)
     info = spawn_job(run_dir, job("import time; time.sleep(600)"))
