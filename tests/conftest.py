@@ -46,5 +46,5 @@ def kill_leftover_jobs() -> None:
     from grpo_playground.jobs import ACTIVE_STATES, kill_group, list_runs
 
     for info in list_runs():
-        if info.state in ACTIVE_STATES and info.job.get("pgid"):
-            kill_group(info.job["pgid"])
+        if info.state in ACTIVE_STATES and info.job.get("pid"):
+            kill_group(info.job["pid"])

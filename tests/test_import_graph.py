@@ -161,6 +161,22 @@ def test_the_app_imports_eval_export_and_serving_only_through_their_entry_points
     assert not reached, f"the app process can load eval/export internals (through package __inits__?): {reached}"
 
 
+def test_the_job_model_imports_no_kind_of_job():
+    """One record and one supervisor for training, eval, export and comparison jobs: the kinds build on them, never
+    the reverse (a kind's module there would make the supervisor of every job load it, and split the model again)."""
+    graph = import_graph()
+    kinds = {f"{PACKAGE}.jobs.{name}" for name in ("control", "evals", "exports", "comparisons")}
+    core = [f"{PACKAGE}.jobs.{name}" for name in ("record", "supervisor", "run_status", "crash")]
+    seen, todo = set(), list(core)
+    while todo:  # what the core imports, transitively (not the package __init__s Python also runs)
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo += graph[module]
+    assert not seen & kinds, f"the job model imports a kind of job: {sorted(seen & kinds)}"
+    assert not {m for m in seen if layer(m) in ("cli", "ui")}, "the job model needs no CLI (a kind builds its argv) or UI"
+
+
 def test_the_graph_covers_pipelines_and_benchmarks():
     """So the circle and forbidden-arrow tests above (nothing imports ui/) hold for the checkout's tools too."""
     graph = import_graph()

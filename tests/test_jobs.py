@@ -1,6 +1,6 @@
-"""The job runner without the UI: launcher, queue, stop, crash reasons, stale states, incremental reading.
+"""The job runner without the UI: supervisor, queue, stop, crash reasons, stale states, incremental reading.
 
-Jobs here are small Python programs (the launcher runs any command); the real training CLI is driven
+Jobs here are small Python programs (the supervisor runs any command); the real training CLI is driven
 through the app in tests/test_training_tab.py.
 """
 
@@ -29,7 +29,10 @@ from grpo_playground.jobs import (
     spawn_job,
     stop_run,
 )
-from grpo_playground.jobs.launcher import crash_reason
+from grpo_playground.child_process import job_env
+from grpo_playground.contracts.process import process_start_ticks
+from grpo_playground.jobs.crash import crash_reason
+from grpo_playground.jobs.record import read_record, start_job, step
 from grpo_playground.run_layout import new_run_id, write_status
 
 
@@ -79,35 +82,55 @@ for step in range(1, 4):
 def test_job_runs_in_its_own_session_and_finishes(runs):
     run_dir = make_run(runs)
     info = spawn_job(run_dir, job(WRITES_METRICS) + [str(run_dir)])
-    assert info.job["pgid"] == info.job["launcher_pid"] != os.getpgid(0)  # own process group, not ours
+    assert info.job["pid"] == os.getpgid(info.job["pid"]) != os.getpgid(0)  # its own process group, not ours
     wait_for(lambda: state(run_dir) == "finished", what="finished")
     feed = RunFeed(run_dir)
     feed.poll()
     assert [m["step"] for m in feed.metrics] == [1, 2, 3]
     assert "got the training slot" in (run_dir / "log.txt").read_text()  # output goes to the file
-    wait_for(lambda: not group_members(info.job["pgid"]), what="no process left")
+    wait_for(lambda: not group_members(info.job["pid"]), what="no process left")
 
 
-def test_crash_marks_failed_with_the_error_line(runs):
+CRASHES = """
+import pathlib, sys
+from grpo_playground.contracts.process import keep_traceback
+keep_traceback(pathlib.Path(sys.argv[1], "traceback.txt"))  # as the training CLI does
+print("ValueError: a line in the log that must not matter", flush=True)
+raise ValueError("reward weights are all zero")
+"""
+
+
+def test_crash_marks_failed_with_the_exception_from_its_traceback_file(runs):
     run_dir = make_run(runs)
-    spawn_job(run_dir, job("raise ValueError('reward weights are all zero')"))
+    spawn_job(run_dir, job(CRASHES) + [str(run_dir)])
     wait_for(lambda: state(run_dir) == "failed", what="failed")
     assert load_run(run_dir).status["reason"] == "ValueError: reward weights are all zero"
+    assert "Traceback" in (run_dir / "log.txt").read_text()  # still printed for people
 
 
-@pytest.mark.parametrize("log, rc, expected", [
+def test_a_crash_without_a_traceback_file_is_told_by_its_exit_code(runs):
+    run_dir = make_run(runs)
+    spawn_job(run_dir, job("print('RuntimeError: CUDA error: device-side assert triggered'); raise SystemExit(3)"))
+    wait_for(lambda: state(run_dir) == "failed", what="failed")
+    assert load_run(run_dir).status["reason"] == "exited with code 3: see log.txt"  # the log's text is not read
+
+
+@pytest.mark.parametrize("traceback, rc, expected", [
     # a GPU crash of NaN logits is diagnosed, not left as a stack trace
-    ("RuntimeError: CUDA error: device-side assert triggered\n", 1, "NaN logits"),
+    ("Traceback (most recent call last):\nRuntimeError: CUDA error: device-side assert triggered\n", 1,
+     "NaN logits"),
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n", 1, "lower grpo.num_generations"),
-    # the last error wins over earlier ones (a retried step)
-    ("KeyError: 'a'\nTraceback (most recent call last):\nTypeError: bad\n", 1, "TypeError: bad"),
-    # SIGKILL without an error line, and no OOM count to go by: only what is known
-    ("step 3\n", -9, "killed by SIGKILL"),
-    ("", 3, "exited with code 3: see log.txt"),
+    # the exception that ended it wins over the one it was handling (a retried step)
+    ("KeyError: 'a'\n\nDuring handling of the above exception, another exception occurred:\n\nTraceback "
+     "(most recent call last):\nTypeError: bad\n", 1, "TypeError: bad"),
+    # SIGKILL without a traceback, and no OOM count to go by: only what is known
+    (None, -9, "killed by SIGKILL"),
+    (None, 3, "exited with code 3: see log.txt"),
 ])
-def test_crash_reason(tmp_path, log, rc, expected):
-    (tmp_path / "log.txt").write_text(log)
-    assert expected in crash_reason(tmp_path / "log.txt", rc)
+def test_crash_reason(tmp_path, traceback, rc, expected):
+    if traceback is not None:
+        (tmp_path / "traceback.txt").write_text(traceback)
+    assert expected in crash_reason(tmp_path, rc)
 
 
 IGNORES_SIGTERM_WITH_GRANDCHILD = """
@@ -124,12 +147,12 @@ def test_stop_kills_the_whole_group_after_the_grace_period(runs):
     run_dir = make_run(runs)
     info = spawn_job(run_dir, job(IGNORES_SIGTERM_WITH_GRANDCHILD) + [str(run_dir)])
     wait_for(lambda: (run_dir / "started").exists(), what="job start")
-    assert len(group_members(info.job["pgid"])) == 3  # launcher, job, grandchild
+    assert len(group_members(info.job["pid"])) == 3  # supervisor, job, grandchild
     stop_run(run_dir.name)
     assert (run_dir / "stop.request").exists()
     wait_for(lambda: state(run_dir) == "stopped", timeout=20, what="stopped")
     assert "killed 3 s after the stop request" in load_run(run_dir).status["reason"]
-    wait_for(lambda: not group_members(info.job["pgid"]), what="no orphan")
+    wait_for(lambda: not group_members(info.job["pid"]), what="no orphan")
 
 
 STOPS_CLEANLY = """
@@ -165,9 +188,49 @@ def test_queue_is_fifo_and_a_queued_job_can_be_cancelled(runs):
     wait_for(lambda: state(second) == "stopped", what="second stopped")
 
 
+def test_a_comparison_waits_behind_training_runs_queued_before_it(runs):
+    # Before: a waiting comparison's supervisor took the slot as soon as it was free, ahead of runs queued earlier
+    # (it only tried the lock; the training launcher kept to its queue of runs)
+    first, second = make_run(runs, "a"), make_run(runs, "b")
+    spawn_job(first, job(STOPS_CLEANLY) + [str(first)])
+    wait_for(lambda: (first / "started").exists(), what="first job start")
+    spawn_job(second, job(STOPS_CLEANLY) + [str(second)])
+    folder = runs / "comparisons" / new_run_id("compare")
+    folder.mkdir(parents=True)
+    ran = folder / "ran"
+    with open(folder / "comparison.log", "wb") as log:
+        start_job(folder / "comparison_job.json", "compare",
+                  [step("experiment", job(f"import pathlib; pathlib.Path({str(ran)!r}).write_text('1')"))], log,
+                  job_env(), slot=runs / ".gpu.lock")
+    stop_run(first.name)
+    wait_for(lambda: (second / "started").exists(), what="the run queued first takes the slot")
+    assert not ran.exists() and read_record(folder / "comparison_job.json")["state"] == "queued"
+    stop_run(second.name)
+    wait_for(lambda: ran.exists(), what="the comparison takes the slot after it")
+    wait_for(lambda: read_record(folder / "comparison_job.json")["state"] == "finished", what="comparison done")
+
+
+def test_a_run_of_an_earlier_version_is_listed_and_stopped(runs):
+    # job.json as the launcher of earlier versions wrote it; that launcher (here a stand-in that stops cleanly
+    # on SIGTERM, and only then) still runs the job
+    run_dir = make_run(runs)
+    stops_on_sigterm = STOPS_CLEANLY.replace(' and not (run / "stop.request").exists()', "")
+    launcher = subprocess.Popen(job(stops_on_sigterm) + [str(run_dir)], start_new_session=True)
+    wait_for(lambda: (run_dir / "started").exists(), what="job start")
+    (run_dir / "job.json").write_text(json.dumps({
+        "launcher_pid": launcher.pid, "pgid": launcher.pid, "start_ticks": process_start_ticks(launcher.pid),
+        "queued_at": time.time(), "stage": "sft", "command": ["python", "-m", "grpo_playground.cli.train"]}))
+    write_status(run_dir, state="running", pid=launcher.pid)
+    [info] = list_runs()
+    assert (info.state, info.stage, info.job["pid"]) == ("running", "sft", launcher.pid)
+    assert stop_run(run_dir.name).state == "stopping"
+    assert launcher.wait(timeout=20) == 0
+    assert state(run_dir) == "stopped"
+
+
 def test_stop_reaches_a_run_started_from_the_cli(runs):
     run_dir = make_run(runs)
-    proc = subprocess.Popen(job(STOPS_CLEANLY) + [str(run_dir)])  # no launcher, no job.json
+    proc = subprocess.Popen(job(STOPS_CLEANLY) + [str(run_dir)])  # no supervisor, no job.json
     wait_for(lambda: (run_dir / "started").exists(), what="job start")
     write_status(run_dir, state="running", pid=proc.pid)
     assert stop_run(run_dir.name).state == "stopping"  # asked, not assumed: the job is still saving
@@ -175,12 +238,24 @@ def test_stop_reaches_a_run_started_from_the_cli(runs):
     assert state(run_dir) == "stopped"
 
 
+def test_a_run_whose_supervisor_is_starting_stays_queued(runs):
+    # Before: a look at the runs between the record's first write and its supervisor's pid marked the run failed
+    run_dir = make_run(runs)
+    write_status(run_dir, state="queued", pid=None)
+    (run_dir / "job.json").write_text(json.dumps({"kind": "train", "pid": None, "state": "created",
+                                                  "started": time.time()}))
+    assert state(run_dir) == "queued"
+    (run_dir / "job.json").write_text(json.dumps({"kind": "train", "pid": None, "state": "created",
+                                                  "started": time.time() - 60}))  # it never started
+    assert state(run_dir) == "failed"
+
+
 def test_dead_job_is_marked_failed(runs):
     run_dir = make_run(runs)
     info = spawn_job(run_dir, job("import time; time.sleep(600)"))
     wait_for(lambda: state(run_dir) == "running", what="running")
-    os.killpg(info.job["pgid"], signal.SIGKILL)  # the machine's OOM killer, say: nobody writes a status
-    wait_for(lambda: not group_members(info.job["pgid"]), what="group gone")
+    os.killpg(info.job["pid"], signal.SIGKILL)  # the machine's OOM killer, say: nobody writes a status
+    wait_for(lambda: not group_members(info.job["pid"]), what="group gone")
     assert [r.state for r in list_runs()] == ["failed"]
     assert load_run(run_dir).status["reason"] == "process died"
 

@@ -240,7 +240,7 @@ def test_sft_and_grpo_train_with_registered_tags(tmp_path, recipe, extra):
     for item in TWO_STEPS + extra:
         command += ["--set", item]
     out = subprocess.run(command, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=900)
-    log = out.stdout + out.stderr  # the job logs to its stdout (the launcher points it at log.txt)
+    log = out.stdout + out.stderr  # the job logs to its stdout (its supervisor points it at log.txt)
     assert out.returncode == 0, log[-3000:]
     assert json.loads((run_dir / "status.json").read_text())["state"] == "finished", log[-3000:]
     assert "registered the format tags as added tokens" in log

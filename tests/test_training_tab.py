@@ -63,8 +63,8 @@ def client(app_url):
     yield Client(app_url, verbose=False)
     # Jobs outlive the app by design: a test that failed half-way must not leave one training on shared cores.
     for info in list_runs():
-        if info.state in ACTIVE_STATES and info.job.get("pgid"):
-            kill_group(info.job["pgid"])
+        if info.state in ACTIVE_STATES and info.job.get("pid"):
+            kill_group(info.job["pid"])
 
 
 # --- the form is the RunConfig ------------------------------------------------------------------------
@@ -243,9 +243,9 @@ def test_overall_eta_adds_the_later_stages_budgets(tmp_path):
 
     (tmp_path / "recipe.yaml").write_text((ROOT / "recipes" / "quick.yaml").read_text())
     quick = load_recipe(ROOT / "recipes" / "quick.yaml")
-    assert run_views.later_stage_budgets(RunInfo("q", tmp_path, {}, {"stage": "all"})) == \
+    assert run_views.later_stage_budgets(RunInfo("q", tmp_path, {}, {"meta": {"stage": "all"}})) == \
         [("sft", quick.sft.max_minutes * 60), ("grpo", quick.grpo.max_minutes * 60)]
-    assert [s for s, _ in run_views.later_stage_budgets(RunInfo("q", tmp_path, {}, {"stage": "sft"}))] == ["sft"]
+    assert [s for s, _ in run_views.later_stage_budgets(RunInfo("q", tmp_path, {}, {"meta": {"stage": "sft"}}))] == ["sft"]
 
     info = RunInfo("r", Path("r"), {"state": "running", "stage": "sft", "step": 10, "max_steps": 20, "eta_s": 60.0}, {})
     plan = [("sft", 180.0), ("grpo", 120.0)]

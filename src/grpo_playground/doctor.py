@@ -1,6 +1,6 @@
 """The doctor: names a collapse from the metrics stream, in plain words, with the knob to turn.
 
-Pure Python, no torch: the UI, the job launcher and the training callbacks import it (it sits outside training/
+Pure Python, no torch: the UI, the job supervisor and the training callbacks import it (it sits outside training/
 because the app process never imports that package). Each rule is a row of the collapse table in docs/doctor.md
 turned into a test over a sliding window of logged rows; thresholds live in `Thresholds`, documented there too. `diagnose(metrics)` replays the stream and reports each
 rule once per stage, at the first logged step where it fires. `diagnose_crash(text)` turns a crash's

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from grpo_playground.jobs import load_run, reconcile, spawn_job, stop_run
-from grpo_playground.jobs.launcher import crash_reason, oom_kill_count
+from grpo_playground.jobs.crash import crash_reason, oom_kill_count
 from grpo_playground.contracts.process import is_alive
 from grpo_playground.jobs.runs import compact_metrics
 from grpo_playground.run_layout import new_run_id, write_status
@@ -70,7 +70,7 @@ def test_a_signal_kill_is_not_blamed_on_the_oom_killer(runs):
 def test_the_oom_killer_is_named_when_the_kernel_counted_one(tmp_path):
     (tmp_path / "log.txt").write_text("grpo step 3\n")
     before = oom_kill_count() - 1  # as if the kernel had counted one OOM kill since the job started
-    assert "out-of-memory killer" in crash_reason(tmp_path / "log.txt", -9, before)
+    assert "out-of-memory killer" in crash_reason(tmp_path, -9, before)
 
 
 REPLAYS_STEPS = """
@@ -123,8 +123,8 @@ def test_stop_checkpoints_even_when_the_supervisor_is_gone(runs):
     run_dir = make_run(runs)
     info = spawn_job(run_dir, job(SAVES_ON_SIGTERM, run_dir))
     wait_for(lambda: (run_dir / "started").exists() and state(run_dir) == "running", what="running")
-    os.kill(info.job["launcher_pid"], signal.SIGKILL)  # only the supervisor
-    wait_for(lambda: not is_alive(info.job["launcher_pid"]), what="launcher gone")
+    os.kill(info.job["pid"], signal.SIGKILL)  # only the supervisor
+    wait_for(lambda: not is_alive(info.job["pid"]), what="supervisor gone")
     stop_run(run_dir.name)
     wait_for(lambda: state(run_dir) == "stopped", what="stopped")
     assert (run_dir / "checkpoint-saved").exists()
@@ -255,8 +255,8 @@ def test_stop_after_the_supervisor_died_leaves_no_duplicate_metric_rows(runs):
     wait_for(lambda: state(run_dir) == "finished", what="first attempt")
     info = spawn_job(run_dir, job(REPLAYS_THEN_WAITS_FOR_SIGTERM, run_dir) + ["3", "5", "2"])  # the resume
     wait_for(lambda: (run_dir / "started").exists() and state(run_dir) == "running", what="resumed attempt running")
-    os.kill(info.job["launcher_pid"], signal.SIGKILL)  # only the supervisor
-    wait_for(lambda: not is_alive(info.job["launcher_pid"]), what="launcher gone")
+    os.kill(info.job["pid"], signal.SIGKILL)  # only the supervisor
+    wait_for(lambda: not is_alive(info.job["pid"]), what="supervisor gone")
     stop_run(run_dir.name)
     wait_for(lambda: state(run_dir) == "stopped" and not load_run(run_dir).processes_alive(), what="stopped")
     wait_for(lambda: len((run_dir / "metrics.jsonl").read_text().splitlines()) == 10, timeout=10,

@@ -18,8 +18,9 @@ import sys
 from pathlib import Path
 
 from grpo_playground.cli.args import TrainArgs
+from grpo_playground.contracts.process import keep_traceback
 from grpo_playground.contracts.shipped import recipe_path
-from grpo_playground.run_layout import RECIPE_FILE, RUNS_DIR_ENV, new_run_id, runs_dir
+from grpo_playground.run_layout import RECIPE_FILE, RUNS_DIR_ENV, TRACEBACK_FILE, new_run_id, runs_dir
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,9 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs_dir is not None:
         os.environ[RUNS_DIR_ENV] = str(args.runs_dir)
 
+    run_dir = args.run_dir or runs_dir() / new_run_id(cfg.name)
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    keep_traceback(Path(run_dir) / TRACEBACK_FILE)  # a crash past here (an import, a bug) says why in that file
+
     from grpo_playground.training.job import run_job
 
-    run_dir = args.run_dir or runs_dir() / new_run_id(cfg.name)
     if cfg.hardware.num_gpus > 1:  # one process per GPU under `accelerate launch`, all in this run folder
         from grpo_playground.training.multigpu import exec_command, relaunch_command, visible_cuda_gpus
 

@@ -1,11 +1,14 @@
 """What the app needs to know of a process it started and to end it: start ticks, liveness, process-group kills,
-the tail of its log, and JSON files written so that a reader never sees half of one. Linux /proc, stdlib only."""
+the tail of its log, JSON files written so that a reader never sees half of one, and the traceback file a job
+leaves when it dies of an exception. Linux /proc, stdlib only."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import sys
+import traceback
 from pathlib import Path
 
 
@@ -85,3 +88,22 @@ def write_json_atomic(path: str | Path, value: dict, indent: int | None = 1) -> 
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(value, indent=indent, ensure_ascii=False), encoding="utf-8")
     os.replace(tmp, path)
+
+
+def keep_traceback(path: str | Path) -> None:
+    """From now on an uncaught exception of this process is written to `path` (then printed as usual), so that
+    whoever supervises it reads why it died from that file, not from its log."""
+    def hook(kind, exc, tb) -> None:
+        try:
+            Path(path).write_text("".join(traceback.format_exception(kind, exc, tb)), encoding="utf-8")
+        except OSError:
+            pass  # the folder is gone: the log still gets the traceback
+        sys.__excepthook__(kind, exc, tb)
+
+    sys.excepthook = hook
+
+
+def last_error(path: str | Path) -> str:
+    """The last line of a traceback file (the exception that ended the process: "ValueError: ..."), "" if none."""
+    lines = log_tail(path, 4000).strip().splitlines()
+    return lines[-1].strip() if lines else ""

@@ -1,7 +1,8 @@
 """UI side of training jobs: run folders, child processes (start / stop / resume), the queue, live files.
 
 No torch here: the UI imports this package. The job itself is `python -m grpo_playground.cli.train` run by
-`python -m grpo_playground.jobs.launcher` in its own session (see docs/ARCHITECTURE.md, "Jobs").
+`python -m grpo_playground.jobs.supervisor RUN/job.json` in its own session, as every kind of job is (see
+docs/ARCHITECTURE.md, "Background jobs").
 """
 
 from grpo_playground.jobs.control import (

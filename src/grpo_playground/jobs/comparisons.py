@@ -7,8 +7,9 @@ is done. Like an evaluation job it outlives the browser and the app; its state i
 running while its supervisor lives, then finished (the result exists), stopped (Stop was pressed) or failed. A
 stopped or failed comparison resumes in its folder (resume_comparison): the finished steps are kept.
 
-It trains, so it takes the training slot: its supervisor holds the flock on <runs>/.gpu.lock (the lock the training
-launcher takes), so it waits for a training run to end and training runs wait for it. One comparison at a time;
+It trains, so it takes the training slot: its supervisor holds the flock on <runs>/.gpu.lock (the lock training
+jobs' supervisors take), in its turn among them (first come, first served), so it waits for a training run to end
+and training runs wait for it. One comparison at a time;
 sizes and minutes are bounded (ComparisonPlan) and the experiment runs under a time limit (MAX_JOB_S), so even the
 owner token cannot start a job that runs for days. Stop signals the whole process group.
 """

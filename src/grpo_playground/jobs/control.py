@@ -1,8 +1,9 @@
-"""Start, stop and resume training jobs from the UI: each a child process in its own session.
+"""Start, stop and resume training jobs from the UI, and the owner token that guards every job.
 
-The UI never trains: it writes the run folder, spawns the launcher (grpo_playground.jobs.launcher) with
-stdout/stderr appended to log.txt (a file, never a pipe, so a closed browser cannot block the job), and
-from then on only reads files and sends signals. Nothing here imports torch.
+The UI never trains: it writes the run folder and starts the job's supervisor (grpo_playground.jobs.record and
+.supervisor, as for every kind of job) with the run's job.json as its record, stdout/stderr appended to log.txt (a
+file, never a pipe, so a closed browser cannot block the job); from then on it only reads files and sends
+signals. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -11,29 +12,28 @@ import hmac
 import os
 import shlex
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
-from grpo_playground.child_process import CHECKOUT as ROOT
 from grpo_playground.child_process import job_env
 from grpo_playground.cli.args import TrainArgs
 from grpo_playground.config import RunConfig, save_recipe
-from grpo_playground.contracts.process import is_alive, kill_group, process_start_ticks
+from grpo_playground.contracts.process import is_alive, kill_group
+from grpo_playground.jobs.record import start_job, step
 from grpo_playground.jobs.runs import RunInfo, compact_metrics, load_run, queue_order, reconcile, stop_grace_s
 from grpo_playground.run_layout import (
     ACTIVE_STATES,
+    GPU_LOCK,
     JOB_FILE,
     JOB_STAGES,
     LOG_FILE,
     RECIPE_FILE,
     STOP_FILE,
+    TRACEBACK_FILE,
     new_run_id,
     run_path,
     runs_dir,
-    write_json_atomic,
     write_status,
 )
 
@@ -75,31 +75,19 @@ def create_run(config: RunConfig, name: str | None = None) -> Path:
     return run_dir
 
 
-def _reap(proc: subprocess.Popen) -> None:
-    proc.wait()  # only collects the exit status, so a finished launcher does not linger as a zombie
-
-
 def spawn_job(run_dir: Path, command: list[str], stage: str = "all") -> RunInfo:
-    """Queue `command` as the job of `run_dir`: the launcher runs it in its own session when the training
-    slot is free. start_run and resume_run use this with the training CLI."""
-    run_dir = Path(run_dir)
-    (run_dir / STOP_FILE).unlink(missing_ok=True)
-    (run_dir / JOB_FILE).unlink(missing_ok=True)
-    queued_at = time.time()
+    """Queue `command` as the job of `run_dir`: its supervisor runs it when the training slot is free and it is
+    first in line. start_run and resume_run use this with the training CLI."""
+    run_dir = Path(run_dir).resolve()
+    for stale in (STOP_FILE, JOB_FILE, TRACEBACK_FILE):  # the previous attempt's
+        (run_dir / stale).unlink(missing_ok=True)
     # pid None: the previous attempt's pid must not make this fresh entry look dead before job.json exists
     write_status(run_dir, state="queued", pid=None, reason="waiting for the training slot")
-    env = job_env()
-    launcher = [sys.executable, "-m", "grpo_playground.jobs.launcher", "--run-dir", str(run_dir), "--", *command]
     with open(run_dir / LOG_FILE, "ab") as log:
         log.write(f"\n[ui] {time.strftime('%Y-%m-%d %H:%M:%S')} queued: {shell_command(command)}\n".encode())
         log.flush()
-        proc = subprocess.Popen(launcher, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    threading.Thread(target=_reap, args=(proc,), daemon=True).start()
-    write_json_atomic(run_dir / JOB_FILE, {
-        "launcher_pid": proc.pid, "pgid": proc.pid, "start_ticks": process_start_ticks(proc.pid),
-        "queued_at": queued_at, "stage": stage, "command": command,
-    })
+        start_job(run_dir / JOB_FILE, "train", [step("train", command)], log, job_env(),
+                  slot=runs_dir() / GPU_LOCK, meta={"stage": stage, "command": command}, grace_s=stop_grace_s())
     return load_run(run_dir)
 
 
@@ -129,36 +117,35 @@ def resume_run(run_id: str, token: str | None = None) -> RunInfo:
     if info.state == "finished":
         raise RuntimeError(f"run {run_id} finished: start a new run (e.g. load its recipe and raise max_steps)")
     _check_queue_room()
-    stage = info.job.get("stage") or "all"
-    compact_metrics(info.path)  # a job killed with its launcher left its replayed rows: drop them first
-    return spawn_job(info.path, train_command(info.path, stage, resume=True), stage)
+    compact_metrics(info.path)  # a job killed with its supervisor left its replayed rows: drop them first
+    return spawn_job(info.path, train_command(info.path, info.stage, resume=True), info.stage)
 
 
 def stop_run(run_id: str, token: str | None = None) -> RunInfo:
-    """Owner only: ask the job to save and exit (stop.request + SIGTERM); the launcher kills the whole
-    process group after its grace period. If the launcher itself is gone, kill what is left right away."""
+    """Owner only: ask the job to save and exit (stop.request + SIGTERM to its supervisor, which passes it on);
+    the supervisor kills the whole process group after its grace period. If the supervisor itself is gone, ask
+    the trainer directly, or kill what is left right away."""
     check_owner(token)
     info = reconcile(load_run(run_path(run_id)))
     if info.state not in ACTIVE_STATES:
         raise RuntimeError(f"run {run_id} is {info.state}, not running: nothing to stop")
     (info.path / STOP_FILE).write_text(f"{time.time()}\n")
-    launcher_pid, pgid = info.job.get("launcher_pid"), info.job.get("pgid")
+    pgid = info.job.get("pid")  # the supervisor's: its session is the job's process group
     trainer = _live_trainer(info)
-    if is_alive(launcher_pid, info.job.get("start_ticks")):
-        target = launcher_pid
+    if is_alive(pgid, info.job.get("start_ticks")):
+        _signal(pgid, signal.SIGTERM)  # the supervisor alone: it passes the stop to the trainer, which saves first
     elif trainer is not None:
         # The supervisor is gone (killed on its own) but training goes on: ask the trainer itself, which
         # saves a checkpoint at its next step boundary, and kill what is left only after the grace period.
-        target = trainer
         if pgid:
             threading.Thread(target=_end_orphaned_job, args=(info.path, trainer, int(pgid)), daemon=True).start()
+        _signal(trainer, signal.SIGTERM)
     else:
         if pgid:
             kill_group(int(pgid))
-        compact_metrics(info.path)  # what the launcher does when a job ends
-        write_status(info.path, state="stopped", reason="stopped (launcher gone: processes killed)")
+        compact_metrics(info.path)  # what the supervisor does when a job ends
+        write_status(info.path, state="stopped", reason="stopped (supervisor gone: processes killed)")
         return load_run(info.path)
-    _signal(target, signal.SIGTERM)
     if info.state == "running":
         write_status(info.path, state="stopping", reason="stop requested: saving at the next step")
     return load_run(info.path)
@@ -173,13 +160,13 @@ def _live_trainer(info: RunInfo) -> int | None:
     if not info.job:
         return pid
     try:
-        return pid if os.getpgid(pid) == info.job.get("pgid") else None
+        return pid if os.getpgid(pid) == info.job.get("pid") else None
     except ProcessLookupError:
         return None
 
 
 def _end_orphaned_job(run_dir: Path, trainer: int, pgid: int) -> None:
-    """What the dead launcher would have done once the trainer stopped: kill what is left after the grace period,
+    """What the dead supervisor would have done once the trainer stopped: kill what is left after the grace period,
     and drop the metric rows a resumed job replayed."""
     deadline = time.time() + stop_grace_s()
     while time.time() < deadline and is_alive(trainer):

@@ -1,12 +1,15 @@
-"""The job record: one schema for the app's background jobs (evaluation, export, comparison), and the one way to
-start one, read its state and stop it.
+"""The job record: one schema for the app's background jobs (training, evaluation, export, comparison), and the
+one way to start one, read its state and stop it.
 
 A record is a JSON file (written atomically, by the supervisor once it runs):
-    {"kind": eval|export|compare, "steps": [{"label", "argv", "timeout_s", "state", "reason"}], "log": path,
+    {"kind": train|eval|export|compare, "steps": [{"label", "argv", "timeout_s", "state", "reason"}], "log": path,
      "slot": path of the training slot's lock or null, "result": path of the job's result file or null,
-     "pid" and "start_ticks" (the supervisor: the job's process group), "state" (JobState), "reason",
-     "started", "ended", "meta": what the job's kind keeps beside (the plan, the checkpoints...)}
+     "grace_s": seconds a stopped step may take to exit before its group is killed, "pid" and "start_ticks" (the
+     supervisor: the job's process group), "state" (JobState), "reason", "started" (when it was queued: the
+     training slot's queue is first come, first served by it), "ended", "meta": what the job's kind keeps beside
+     (the plan, the checkpoints, a training run's stage and command...)}
 Step states: StepState. A record whose supervisor is gone but whose state is still active reads as failed.
+A training run's record is its run folder's job.json; the supervisor keeps that folder's status.json too.
 """
 
 from __future__ import annotations
@@ -29,9 +32,13 @@ from grpo_playground.contracts.process import (
     read_json,
     write_json_atomic,
 )
+from grpo_playground.contracts.layout import COMPARISON_JOB, COMPARISONS_DIR, JOB_FILE
 from grpo_playground.contracts.states import ACTIVE_STATES, JobState, StepState
 
 START_TIMEOUT_S = 20.0  # the supervisor writes its pid within this (a Python start and two small imports)
+GRACE_S = 10.0  # a stopped or timed-out step's time to exit on SIGTERM before its group is killed
+# where, under the runs directory, the records that can wait for the training slot live: runs, comparisons
+SLOT_RECORDS = (f"*/{JOB_FILE}", f"{COMPARISONS_DIR}/*/{COMPARISON_JOB}")
 
 
 def step(label: str, argv: list[str], timeout_s: float | None = None) -> dict:
@@ -47,12 +54,13 @@ def write_record(path: Path, record: dict) -> None:
 
 
 def start_job(path: Path, kind: str, steps: list[dict], log: BinaryIO, env: dict[str, str], *,
-              slot: Path | None = None, result: Path | None = None, meta: dict | None = None) -> dict:
+              slot: Path | None = None, result: Path | None = None, meta: dict | None = None,
+              grace_s: float = GRACE_S) -> dict:
     """Write the record and start its supervisor (output to the open `log`); returns the record once the
     supervisor has written its pid into it."""
     log_path = Path(log.name)
     write_record(path, {"kind": kind, "steps": steps, "log": str(log_path), "slot": str(slot) if slot else None,
-                        "result": str(result) if result else None, "pid": None, "start_ticks": None,
+                        "result": str(result) if result else None, "grace_s": grace_s, "pid": None, "start_ticks": None,
                         "state": JobState.CREATED, "reason": "", "started": time.time(), "meta": meta or {}})
     # its own session (so its pid is the group Stop signals), output to the log file: never a pipe
     proc = subprocess.Popen([sys.executable, "-m", "grpo_playground.jobs.supervisor", str(path)], cwd=CHECKOUT,
@@ -80,9 +88,22 @@ def job_running(record: dict) -> bool:
     return bool(record) and job_state(record) in ACTIVE_STATES
 
 
+def slot_queue(runs: Path) -> list[Path]:
+    """The records under `runs` waiting for the training slot, first come first (training runs and comparisons
+    alike): a supervisor takes the slot only when it is first in line."""
+    waiting = []
+    for pattern in SLOT_RECORDS:
+        for path in runs.glob(pattern):
+            record = read_record(path)
+            if record.get("slot") and record.get("state") == JobState.QUEUED and job_running(record):
+                waiting.append((record.get("started") or 0.0, str(path)))
+    return [Path(path) for _, path in sorted(waiting)]
+
+
 def stop_job(path: Path) -> int | None:
     """SIGTERM the job's process group (the supervisor records the stop); its pid, or None when not running. A
-    group whose supervisor was killed on its own is SIGKILLed: nothing is left to record or save."""
+    group whose supervisor was killed on its own is SIGKILLed: nothing is left to record or save. (A training run
+    is stopped through its supervisor alone, which passes the stop to the trainer: jobs.control.stop_run.)"""
     record = read_record(path)
     if not job_running(record):
         if record.get("pid") and group_members(record["pid"]):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from grpo_playground.contracts.metrics import decode_record
 from grpo_playground.contracts.process import group_members, is_alive
+from grpo_playground.jobs.record import START_TIMEOUT_S
 from grpo_playground.run_layout import (
     ACTIVE_STATES,
     JOB_FILE,
@@ -45,19 +46,38 @@ class RunInfo:
     def state(self) -> str:
         return self.status.get("state", "unknown")
 
+    @property
+    def stage(self) -> str:
+        """The stage the app started the job with (a CLI run: all)."""
+        return self.job.get("meta", {}).get("stage") or "all"
+
     def processes_alive(self) -> bool:
-        """The launcher or anything left in its process group; for a run started from the CLI (no job.json)
+        """The supervisor or anything left in its process group; for a run started from the CLI (no job.json)
         the pid the job wrote. A bare pid can be recycled after a reboot, so it is the last resort."""
         if self.job:
-            if is_alive(self.job.get("launcher_pid"), self.job.get("start_ticks")):
+            if self.job.get("pid") is None:  # its supervisor is starting: start_job waits this long for its pid
+                return time.time() - (self.job.get("started") or 0) < START_TIMEOUT_S
+            if is_alive(self.job.get("pid"), self.job.get("start_ticks")):
                 return True
-            return bool(self.job.get("pgid") and group_members(int(self.job["pgid"])))
+            return bool(self.job.get("pid") and group_members(int(self.job["pid"])))
         return is_alive(self.status.get("pid"))
+
+
+def read_job(run_dir: Path) -> dict:
+    """The run's job record (grpo_playground.jobs.record), {} for a run started from the CLI. A job.json of an
+    earlier version (its own launcher's: launcher_pid, pgid, start_ticks, queued_at, stage, command) is read as
+    a record of that job, so its run is still listed, stopped and resumed."""
+    job = read_json(run_dir / JOB_FILE)
+    if "launcher_pid" in job:
+        job = {"kind": "train", "pid": job["launcher_pid"], "start_ticks": job.get("start_ticks"),
+               "started": job.get("queued_at"), "state": None,
+               "meta": {"stage": job.get("stage"), "command": job.get("command")}}
+    return job
 
 
 def load_run(run_dir: Path) -> RunInfo:
     run_dir = Path(run_dir)
-    return RunInfo(run_dir.name, run_dir, read_status(run_dir), read_json(run_dir / JOB_FILE))
+    return RunInfo(run_dir.name, run_dir, read_status(run_dir), read_job(run_dir))
 
 
 def compact_metrics(run_dir: Path) -> int:
@@ -94,7 +114,7 @@ def reconcile(info: RunInfo) -> RunInfo:
     # Without job.json or a pid we only know the UI wrote "queued" just before spawning: give it a minute.
     has_trace = bool(info.job or info.status.get("pid")) or time.time() - info.status.get("updated", 0) > 60
     if info.state in ACTIVE_STATES and has_trace and not info.processes_alive():
-        compact_metrics(info.path)  # the launcher died with the job: do its cleanup
+        compact_metrics(info.path)  # the supervisor died with the job: do its cleanup
         if (info.path / STOP_FILE).exists():
             info.status = write_status(info.path, state="stopped", reason="stopped (the process was killed)")
         else:
@@ -115,4 +135,4 @@ def queue_order(infos: list[RunInfo] | None = None) -> list[RunInfo]:
     """Runs waiting for the training slot, first in line first (survives app restarts: it is on disk).
     `infos`: a fresh list_runs() the caller already has."""
     waiting = [i for i in (list_runs() if infos is None else infos) if i.state == "queued" and i.processes_alive()]
-    return sorted(waiting, key=lambda i: (i.job.get("queued_at", 0), i.run_id))
+    return sorted(waiting, key=lambda i: (i.job.get("started") or 0, i.run_id))

@@ -59,7 +59,7 @@ def visible_cuda_gpus() -> int:
 
 
 def exec_command(command: list[str]) -> None:
-    """Replace this process by `command` (same pid, same process group: the job launcher's stop still reaches
+    """Replace this process by `command` (same pid, same process group: the job supervisor's stop still reaches
     every rank), with NVLink multicast kept off."""
     for key, value in SAFE_NCCL_ENV.items():
         os.environ.setdefault(key, value)

@@ -50,7 +50,7 @@ class RunFolder:
         return read_status(self.path)
 
     def log(self, message: str) -> None:
-        """One line to stdout, which the launcher appends to log.txt (the job's stdout is that file)."""
+        """One line to stdout, which the job's supervisor appends to log.txt (the job's stdout is that file)."""
         if not self.writer:
             return
         say(f"[train] {time.strftime('%H:%M:%S')} {message}")  # above the terminal's progress bar, if any

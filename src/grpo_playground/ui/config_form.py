@@ -249,7 +249,7 @@ def _default(spec: FormField):
 
 def config_from_yaml_text(text: str) -> RunConfig:
     """A RunConfig from recipe text (API clients send YAML), with the same checks as a recipe file, in memory:
-    the launcher saves it once into the run folder and the job reads it there."""
+    jobs.create_run saves it once into the run folder and the job reads it there."""
     if len(text.encode()) > MAX_RECIPE_BYTES:
         raise ValueError(f"the recipe is larger than {MAX_RECIPE_BYTES // 1024} KiB: send a recipe, not data")
     return recipe_from_text(text, "the recipe text")

@@ -144,7 +144,7 @@ def later_stage_budgets(info: RunInfo) -> list[tuple[str, float | None]]:
         cfg = load_recipe(info.path / RECIPE_FILE)
     except (OSError, ValueError):
         return []
-    stage = info.job.get("stage") or "all"  # the job's stage as the UI started it (a CLI run: all)
+    stage = info.stage  # the job's stage as the UI started it (a CLI run: all)
     stages = [s for s in TRAINED_STAGES if getattr(cfg, s).enabled] if stage == "all" else [stage]
     return [(s, getattr(cfg, s).max_minutes * 60 if getattr(cfg, s).max_minutes else None)
             for s in stages if s in TRAINED_STAGES]

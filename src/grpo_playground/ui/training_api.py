@@ -41,8 +41,8 @@ def run_summary(run_id: str) -> dict:
     feed = jobs.RunFeed(info.path)
     feed.poll()
     queue = [i.run_id for i in jobs.queue_order()]
-    return {"run_id": info.run_id, "state": info.state, "status": info.status, "pgid": info.job.get("pgid"),
-            "command": info.job.get("command"), "metrics": len(feed.metrics),
+    return {"run_id": info.run_id, "state": info.state, "status": info.status, "pgid": info.job.get("pid"),
+            "command": info.job.get("meta", {}).get("command"), "metrics": len(feed.metrics),
             "last_metrics": feed.metrics[-1] if feed.metrics else None,
             "queue_position": queue.index(info.run_id) + 1 if info.run_id in queue else None,
             "export": {k: v for k, v in export_state(info.path).items() if k != "log"}}

@@ -311,7 +311,7 @@ def _read_preflight(tick: Tick, run_dir: Path) -> bool:
 def started_updates(run: RunViewPart, screens: gr.Tabs, info: jobs.RunInfo) -> dict:
     """After Start: the picker follows the new run, its message is shown, and the live screen opens."""
     return {run.run_pick: gr.Dropdown(choices=[i.run_id for i in jobs.list_runs()], value=info.run_id),
-            run.message: f"Started **{info.run_id}** ({info.state}): `{jobs.shell_command(info.job['command'])}`",
+            run.message: f"Started **{info.run_id}** ({info.state}): `{jobs.shell_command(info.job['meta']['command'])}`",
             run.message_for: [info.run_id, info.state], screens: gr.Tabs(selected=LIVE_SCREEN)}
 
 
