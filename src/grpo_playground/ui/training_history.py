@@ -25,7 +25,7 @@ class HistoryPart:
 
 def build_history() -> HistoryPart:
     gr.Markdown("Every run on disk; click a row to watch it in **2. Live run**.")
-    table = gr.Dataframe(run_views.history_table([]), label="Runs", interactive=False, wrap=True, max_height=260,
+    table = gr.Dataframe(run_views.history_table([]), label="Runs", interactive=False, wrap=True, max_height=200,
                          elem_id="training-history")
     with gr.Row():  # the pickers beside the chart: table and chart fit one laptop screen (1280 x 800)
         with gr.Column(scale=1, min_width=220):
