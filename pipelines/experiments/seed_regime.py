@@ -39,10 +39,10 @@ import sys
 import time
 from pathlib import Path
 
-from grpo_playground.cli.args import CompareArgs
+from grpo_playground.cli.args import CompareArgs, EvalArgs
 from grpo_playground.run_layout import PREFLIGHT_FILE, PROGRESS_FILE, read_json, read_status, write_json_atomic
 
-from pipelines.experiments.tiny_cpu_learning import (_pct, _weights_sha256, evaluate, level_table, paired_difference,
+from pipelines.experiments.tiny_cpu_learning import (_pct, _weights_sha256, level_table, paired_difference, run,
                                                      train)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,10 +160,10 @@ def fresh_set(args, cfg, data_dir: Path, n_fresh: int) -> int:
     return len(fresh)
 
 
-def sft_until_format(args, cfg, work: Path, worked_spec: str) -> dict:
-    """SFT on W in rounds until the sampled format rate on held-out prompts reaches the target."""
+def sft_until_format(args, cfg, work: Path, worked_spec: str, check_data: str) -> dict:
+    """SFT on W in rounds until the sampled format rate on `check_data`'s prompts reaches the target."""
     common = ["tracking.swanlab=disabled", "grpo.enabled=false", f"data.sft_source={worked_spec}",
-              f"data.eval_source={args.eval_data}", f"sft.max_steps={args.round_steps}", "sft.num_train_epochs=1000",
+              f"data.eval_source={check_data}", f"sft.max_steps={args.round_steps}", "sft.num_train_epochs=1000",
               f"grpo.preflight_prompts={args.preflight_prompts}", *args.overrides]
     adapter, rounds = cfg.model.name_or_path, []
     for i in range(args.max_rounds):
@@ -289,26 +289,44 @@ def run_pilots(args, cfg, work: Path, sets: dict, adapter: str, base: list[str])
         name, overrides = pilot_spec(text)
         run_dir = work / f"pilot_{name}"
         mark(work, "sft_w+grpo_a", "running", run_dir, pilot=name)
-        status = train(args.recipe, run_dir, "grpo",
-                       [*base, f"model.name_or_path={adapter}", "sft.enabled=false",
-                        f"data.grpo_source=dapo:{work / 'data' / 'answers.jsonl'}", f"data.n_grpo={sets['answers']}",
-                        f"grpo.max_minutes={args.pilot_minutes}", "grpo.max_steps=1000000", *overrides])
-        scored = evaluate(str(run_dir / "grpo"), work / f"eval_pilot_{name}.json", sets["pilot"],
-                          cfg.grpo.max_completion_length, pilot_data, args.eval_seed, args.eval_backend)
+        try:
+            status = train(args.recipe, run_dir, "grpo",
+                           [*base, f"model.name_or_path={adapter}", "sft.enabled=false",
+                            f"data.grpo_source=dapo:{work / 'data' / 'answers.jsonl'}", f"data.n_grpo={sets['answers']}",
+                            f"grpo.max_minutes={args.pilot_minutes}", "grpo.max_steps=1000000", *overrides])
+        except SystemExit as failed:  # a setting that diverges (NaN logits) is a pilot's answer, not the run's end
+            runs.append({"name": name, "overrides": overrides, "failed": str(failed)})
+            continue
         runs.append({"name": name, "overrides": overrides, "steps": status["step"],
-                     "seconds": status["stage_seconds"]["grpo"], "reward": reward_curve(run_dir),
-                     "accuracy": scored["accuracy"], "accuracy_se": scored["accuracy_se"], "eval": scored})
-    best = max(runs, key=lambda r: r["accuracy"])  # the first of equals: list the recipe's own settings first
-    for r in runs:
-        r["minus_chosen"] = paired_difference(r.pop("eval"), _eval_of(work, best["name"])) if r is not best else None
+                     "seconds": status["stage_seconds"]["grpo"], "reward": reward_curve(run_dir)})
+    trained = [r for r in runs if "failed" not in r]
+    if not trained:
+        raise SystemExit(f"every GRPO pilot failed: {[r['failed'] for r in runs]}")
+    scored = evaluate_together({r["name"]: str(work / f"pilot_{r['name']}" / "grpo") for r in trained},
+                               {r["name"]: work / f"eval_pilot_{r['name']}.json" for r in trained}, sets["pilot"],
+                               cfg.grpo.max_completion_length, pilot_data, args.eval_seed, args.eval_backend)
+    for r in trained:
+        r.update(accuracy=scored[r["name"]]["accuracy"], accuracy_se=scored[r["name"]]["accuracy_se"])
+    best = max(trained, key=lambda r: r["accuracy"])  # the first of equals: list the recipe's own settings first
+    for r in trained:
+        r["minus_chosen"] = paired_difference(scored[r["name"]], scored[best["name"]]) if r is not best else None
     pilots = {"minutes": args.pilot_minutes, "n": sets["pilot"], "runs": runs, "chosen": best["name"],
               "overrides": best["overrides"]}
     write_json_atomic(path, pilots)
     return pilots
 
 
-def _eval_of(work: Path, pilot: str) -> dict:
-    return json.loads((work / f"eval_pilot_{pilot}.json").read_text())
+def evaluate_together(models: dict[str, str], outs: dict[str, Path], n: int, max_new_tokens: int, data: str,
+                      seed: int, backend: str) -> dict[str, dict]:
+    """Score several checkpoints on the same prompts in one `pipelines.eval` process (through vLLM: one engine for
+    all of them); a checkpoint whose file exists is read back, not scored again."""
+    missing = [name for name in models if not outs[name].exists()]
+    if missing:
+        batch = n if backend == "vllm" else 64  # vLLM schedules its own batches: give it every prompt at once
+        command = EvalArgs(tuple(models[m] for m in missing), data, n, batch, max_new_tokens, seed=seed,
+                           backend=backend, out=tuple(outs[m] for m in missing)).command()
+        run(command, outs[missing[0]].with_suffix(".log"))
+    return {name: json.loads(outs[name].read_text()) for name in models}
 
 
 def reward_curve(run_dir: Path, parts: int = 4) -> dict:
@@ -337,11 +355,13 @@ def main(argv: list[str] | None = None) -> int:
     sets = build_sets(args, cfg, data_dir)
     mark(work, "data", "done")
     worked_spec = f"openmath:{data_dir / 'worked.jsonl'}"
-    base = [*args.overrides, "tracking.swanlab=disabled", f"data.eval_source={args.eval_data}",
+    # the format checks and pre-flights sample the pilot slice when there is one: the held-out sets stay unseen
+    check_data = f"dapo:{data_dir / 'pilot.jsonl'}" if sets.get("pilot") else args.eval_data
+    base = [*args.overrides, "tracking.swanlab=disabled", f"data.eval_source={check_data}",
             f"grpo.preflight_prompts={args.preflight_prompts}",
             "grpo.on_preflight_error=continue"]  # an arm is measured even when its pre-flight says ERROR
 
-    sft = sft_until_format(args, cfg, work, worked_spec)
+    sft = sft_until_format(args, cfg, work, worked_spec, check_data)
     sft_hash = adapter_sha256(sft["adapter"])
     mark(work, "sft_w", "done", rounds=sft["rounds"], sha256=sft_hash)  # every round's format rate, the last one's too
     print(f"sft-W adapter {sft['adapter']} sha256 {sft_hash}", flush=True)
@@ -389,8 +409,9 @@ def main(argv: list[str] | None = None) -> int:
               "sft_w+more_sft_w": str(work / "more_sft_w" / "sft"), "sft_w+fresh_sft": str(work / "fresh_sft" / "sft")}
     scored_arms = ["sft_w", *(a for a in ARMS[1:] if a.split("+")[-1] in wanted)]
     mark(work, "eval", "running")
-    columns = {spec: {arm: evaluate(models[arm], work / eval_file(arm, i), n, cfg.grpo.max_completion_length, spec,
-                                    args.eval_seed, args.eval_backend) for arm in scored_arms}
+    columns = {spec: evaluate_together({arm: models[arm] for arm in scored_arms},
+                                       {arm: work / eval_file(arm, i) for arm in scored_arms}, n,
+                                       cfg.grpo.max_completion_length, spec, args.eval_seed, args.eval_backend)
                for i, (spec, n) in enumerate(eval_sources(args))}
     if set(scored_arms) != set(ARMS):  # --only-arms: these arms' evaluations are written; the report waits for all
         mark(work, "eval", "partial", arms=scored_arms)
@@ -437,10 +458,25 @@ def eval_file(arm: str, source_index: int) -> str:
     return f"eval{'' if source_index == 0 else source_index + 1}_{arm.replace('+', '_')}.json"
 
 
+def copy_rate(completions: list[dict], reasoning_end: str = "<end_working_out>") -> dict:
+    """Of the completions in format, how often `<SOLUTION>` repeats the reasoning's last number (the copy), and how
+    often that last number is the gold answer: a model that reasons right but copies wrong earns no check_answer."""
+    from grpo_playground.data.answers import normalize_number
+
+    shaped = [c for c in completions if c.get("in_format")]
+    last = [re.findall(r"-?\d+(?:\.\d+)?", c["text"].split(reasoning_end)[0].replace(",", "")) for c in shaped]
+    last = [normalize_number(x[-1]) if x else None for x in last]
+    n = len(shaped)
+    return {"n_in_format": n,
+            "copied": round(sum(x is not None and x == normalize_number(c["guess"] or "") for x, c in zip(last, shaped)) / n, 4) if n else None,
+            "last_is_gold": round(sum(x is not None and x == normalize_number(c["answer"]) for x, c in zip(last, shaped)) / n, 4) if n else None}
+
+
 def column(full: dict[str, dict], worked: list[str]) -> dict:
-    """One held-out source's numbers: each arm's summary, GRPO's paired differences, the template split."""
-    return {"eval": {arm: {k: v for k, v in f.items() if k not in ("completions", "example_prompt")}
-                     for arm, f in full.items()},
+    """One held-out source's numbers: each arm's summary (with its copy rate), GRPO's paired differences, the
+    template split."""
+    return {"eval": {arm: {**{k: v for k, v in f.items() if k not in ("completions", "example_prompt")},
+                           "copy": copy_rate(f["completions"])} for arm, f in full.items()},
             "grpo_minus": {arm: paired_difference(full["sft_w+grpo_a"], full[arm]) for arm in ARMS if arm != "sft_w+grpo_a"},
             "by_template": template_split(worked, full)}
 
