@@ -503,7 +503,10 @@ def report(r: dict) -> str:
         + ", ".join(f"{k} {v}" for k, v in r["versions"].items()) + ").", "",
         f"Data: W = {n['worked']} worked problems of `{r['sources']['worked']}`; A = {n['answers']} answer-only problems "
         f"of `{r['sources']['answers']}`; fresh = {n['fresh']} other worked problems; none of them among the "
-        f"{n['held_out']} held-out `{r['sources']['eval']}` prompts (seed {r['sources']['eval_seed']}), A none of W.", "",
+        f"{n['held_out']} held-out `{r['sources']['eval']}`"
+        + (f" and `{r['sources']['eval_2']}`" if r["sources"].get("eval_2") else "")
+        + f" prompts (seed {r['sources']['eval_seed']}), A none of W"
+        + (f", {n['pilot']} problems of A's source held out as the pilot slice" if n.get("pilot") else "") + ".", "",
         f"sft-W: {sft['steps']} steps in {len(sft['rounds'])} round(s), {sft['train_seconds']:.0f} s of training "
         "(format checks not counted); sampled format rate after each round: "
         + ", ".join(f"{100 * x['format_rate']:.0f}%" for x in sft["rounds"])
