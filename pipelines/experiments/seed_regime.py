@@ -4,8 +4,9 @@ answer-only problems beat spending the same time on more SFT over the few worked
     OMP_NUM_THREADS=1 python -m pipelines.experiments.seed_regime [--recipe recipes/tiny-cpu.yaml] \
         [--worked generator:train] [--answers generator:train] [--eval-data generator:test] \
         [--n-worked 200] [--n-answers 4000] [--n-eval 600] [--minutes 10] \
-        [--eval-backend transformers|vllm] [--only-sft-w] [--work runs/seed_regime] [--out results/learning_seed_regime_cpu] \
-        [--set SECTION.KEY=VALUE ...]
+        [--eval-data-2 SPEC --n-eval-2 600] [--n-pilot N --pilot NAME[:grpo.KEY=VALUE,...] ... --pilot-minutes 2] \
+        [--eval-backend transformers|vllm] [--only-sft-w | --only-arms ARM ...] [--sft-w-sha256 HASH] \
+        [--work runs/seed_regime] [--out results/learning_seed_regime_cpu] [--set SECTION.KEY=VALUE ...]
 
 With the seed's datasets (files on disk, any of .jsonl/.json/.csv/.parquet):
     --worked openmath:OpenMathReasoning-mini.parquet --answers dapo:DAPO-Math-17k.parquet --eval-data gsm8k:test.jsonl
@@ -19,13 +20,16 @@ Every step runs the product's own CLIs as child processes, one after another (a 
      and falling linearly to 0 within each round), a pre-flight after each round samples the held-out prompts
      (grpo.num_generations completions each, at grpo.temperature) until the format rate reaches --format-target
      (at most --max-rounds rounds: then the arms start from the last one and the report says the target was missed);
+  1b. pilots (--pilot, with --n-pilot problems of --answers held out from A): short GRPO runs from sft-W, scored on
+     the pilot slice; the most accurate one's settings are the GRPO arm's;
   2. sft-W + grpo-A: GRPO from the sft-W adapter on A for --minutes;
   3. sft-W + more sft-W (the fair control): SFT continued on W for GRPO's measured wall time, lr falling linearly
      from --control-lr (default a tenth of the recipe's SFT rate) to 0 over the steps that fit at step 1's pace;
   4. sft-W + fresh worked SFT: the same as 3 on worked problems of --worked that are not in W (`fresh.jsonl`):
      the "if gold reasoning were free" row, reported, not a target;
-  5. greedy evaluation (`python -m pipelines.eval`) of the four checkpoints on the same --n-eval prompts; GRPO's
-     paired differences (with standard errors) against each other arm.
+  5. greedy evaluation (`python -m pipelines.eval`) of the four checkpoints on the same --n-eval prompts (and on
+     --eval-data-2's, a second column); GRPO's paired differences (with standard errors) against each other arm.
+--only-arms and --sft-w-sha256 split the arms over machines that share one sft-W (checked by its hash).
 Writes <out>.json (every number) and <out>.md (tables, the command, versions). While it runs, <work>/progress.json
 says which step runs (data, sft_w, one per arm, eval) and the run folder it trains in, so the app can show progress.
 """
