@@ -7,7 +7,9 @@
 # a training job on one GPU); report; seed-sft and seed-regime (issue 13's
 # experiment, in the background) and wait-seed (follows it until done or WAIT_S); grpo-speed (issue 24's small rows and
 # the plain vllm.LLM.generate of their batches), grpo-speed-8b (its Qwen3-8B rows, after grpo-speed), wait-grpo-speed
-# (follows both until done or WAIT_S) and report-speed (their results/gpu/grpo_step.json into $OUT); space-e2e (the app itself through its
+# (follows both until done or WAIT_S) and report-speed (their results/gpu/grpo_step.json into $OUT); gsm8k-data,
+# gsm8k-sft, gsm8k-lease1, gsm8k-bring-back, gsm8k-restore, gsm8k-lease2 and wait-gsm8k (issue 20, two leases;
+# BENCHMARKS.md); space-e2e (the app itself through its
 # API, benchmarks/space_e2e.py, in the background) and wait-e2e (follows it until done or WAIT_S). Results go under /tmp/bench (kept while the
 # machine stays warm); each call packs every log and result so far (no weights) into $OUT/bench_<time>.tgz and prints
 # the table of every run last.
@@ -20,6 +22,17 @@ ROLL="python3 -m benchmarks.vllm_rollout"
 SEED="python3 -m pipelines.experiments.seed_regime --recipe benchmarks/recipes/smollm2_seed_regime_gpu.yaml \
   --worked 'generator:train?levels=1-2' --answers 'generator:train?levels=1-2' --eval-data 'generator:test?levels=1-2' \
   --minutes ${SEED_MINUTES:-4} --max-rounds 5 --work $W/seed --out $W/learning_seed_regime_gpu"
+# issue 20: the seed regime on real data, split over two leases (BENCHMARKS.md, "GSM8K seed regime: how to run it").
+# GSM8K travels in the ignored .carry/gsm8k (never in the repo); lease 1 brings sft-W's adapter back in $OUT, lease 2
+# carries it in .carry/lease1 and every arm starts from it, its hash checked.
+G=$W/seed_gsm8k
+PILOTS=${PILOTS:-"--pilot recipe --pilot lr4e-5:grpo.learning_rate=4e-5 \
+  --pilot g4x32:grpo.num_generations=4,grpo.per_device_batch_size=128"}
+SEEDG="python3 -m pipelines.experiments.seed_regime --recipe benchmarks/recipes/smollm2_seed_regime_gpu.yaml \
+  --worked 'generator:train?levels=1-2' --answers gsm8k:$W/gsm8k/train.jsonl --n-answers 7000 --n-pilot 300 \
+  --eval-data gsm8k:$W/gsm8k/test.jsonl --n-eval 1319 --eval-data-2 'generator:test?levels=1-2' --n-eval-2 600 \
+  --minutes ${SEED_MINUTES:-10} --pilot-minutes ${PILOT_MINUTES:-1.5} --max-rounds 5 --eval-backend vllm \
+  --set grpo.max_completion_length=256 --work $G --out $W/learning_seed_regime_gsm8k_gpu"
 background() {  # NAME COMMAND...: run in its own session (survives the call), log to $W/NAME.log, touch $W/NAME.done
   local name=$1; shift
   setsid nohup bash -c "$*; echo exit \$? > $W/$name.done" > $W/$name.log 2>&1 < /dev/null &
@@ -99,6 +112,31 @@ for p in ('transformers','trl','peft','accelerate','datasets','bitsandbytes','un
         echo "$(date +%H:%M:%S) $(grep '^\[e2e\]' $W/space-e2e.log | tail -1 | cut -c1-220)"; sleep 15
       done
       grep '^\[e2e\]' $W/space-e2e.log | cut -c1-400; [ -f $W/space-e2e.done ] && cat $W/space-e2e.done ;;
+    gsm8k-data)  # the carried GSM8K files to $W/gsm8k (kept while the machine stays warm)
+      mkdir -p $W/gsm8k && cp .carry/gsm8k/train.jsonl .carry/gsm8k/test.jsonl $W/gsm8k/ || exit 1
+      wc -l $W/gsm8k/*.jsonl ;;
+    gsm8k-sft) background gsm8k-sft "$SEEDG --only-sft-w" ;;  # lease 1, TRL + SmolLM2 suffice (after .whlp3)
+    gsm8k-lease1)  # lease 1: once sft-W and vLLM are there, the pilots, then the GRPO arm; both scored, no report yet
+      background gsm8k-lease1 "while [ ! -f $W/gsm8k-sft.done ] || [ ! -f /tmp/dev/done.vllm ]; do sleep 2; done; \
+        $SEEDG $PILOTS --only-arms grpo_a" ;;
+    gsm8k-bring-back)  # lease 1's sft-W adapter, in parts of <= 15 MiB under $OUT, and its hash
+      ad=$(python3 -c "import json; print(json.load(open('$G/progress.json'))['steps']['sft_w']['run_dir'])")/sft
+      python3 -c "from pipelines.experiments.seed_regime import adapter_sha256; print(adapter_sha256('$ad'))" > $OUT/sft_w.sha256
+      tar czf - -C / ${ad#/} | split -b 15M - $OUT/sft_w.tgz.part-; ls -l $OUT; cat $OUT/sft_w.sha256 ;;
+    gsm8k-restore)  # lease 2: lease 1's work folder (its bench tgz: no weights, no data) and sft-W's adapter
+      tar xzf $(ls .carry/lease1/bench_*.tgz | tail -1) -C $W ./seed_gsm8k && cat .carry/lease1/sft_w.tgz.part-* \
+        | tar xzf - -C / && python3 -c "from pipelines.experiments.seed_regime import carried_sft_w; from pathlib import \
+Path; carried_sft_w(Path('$G'), open('.carry/lease1/sft_w.sha256').read().strip()); print('sft-W restored, hash ok')" ;;
+    gsm8k-lease2)  # lease 2: the two SFT arms from the carried sft-W (hash checked first), all evaluations, the report
+      background gsm8k-lease2 "$SEEDG $PILOTS --sft-w-sha256 $(cat .carry/lease1/sft_w.sha256 2>/dev/null)" ;;
+    wait-gsm8k)  # follows the newest gsm8k job until done or WAIT_S
+      job=$(ls -t $W/gsm8k-lease*.log $W/gsm8k-sft.log 2>/dev/null | head -1); job=$(basename ${job:-none} .log)
+      end=$(( $(date +%s) + ${WAIT_S:-500} ))
+      while [ ! -f $W/$job.done ] && [ $(date +%s) -lt $end ]; do
+        echo "$(date +%H:%M:%S) $job $(python3 -c "import json; p=json.load(open('$G/progress.json'))['steps']; print(*[k + ':' + v['state'] for k, v in p.items()])" 2>/dev/null) | $(tail -1 $W/$job.log | cut -c1-150)"
+        sleep 20
+      done
+      [ -f $W/$job.done ] && { echo "$job done: $(cat $W/$job.done)"; tail -40 $W/$job.log; } ;;
     wait-seed)  # follows the seed-regime job until done or WAIT_S
       end=$(( $(date +%s) + ${WAIT_S:-500} ))
       while [ ! -f $W/seed-regime.done ] && [ $(date +%s) -lt $end ]; do
@@ -109,7 +147,8 @@ for p in ('transformers','trl','peft','accelerate','datasets','bitsandbytes','un
   esac
 done
 # pack every log and result so far (no weights, no checkpoints) and show every run
-tar czf $OUT/bench_$(date +%H%M%S).tgz -C $W --exclude='*.safetensors' --exclude=space_data/hf --exclude='*.parquet' --exclude='*.bin' --exclude='*.pt' \
+# (GSM8K and the sets drawn from it stay out: the tgz's logs go into the repo)
+tar czf $OUT/bench_$(date +%H%M%S).tgz -C $W --exclude=./gsm8k --exclude=./seed_gsm8k/data --exclude='*.safetensors' --exclude=space_data/hf --exclude='*.parquet' --exclude='*.bin' --exclude='*.pt' \
   --exclude='*.pth' --exclude=checkpoints --exclude=models --exclude='*.gguf' --exclude=tokenizer.json --exclude=vocab.json \
   --exclude=merges.txt --exclude='unsloth_compiled*' . 2>/dev/null
 $B table $W/speed > $W/table.md 2>/dev/null; cat $W/table.md

@@ -30,7 +30,9 @@ EVERY_FIELD_SET = [
     CompareArgs(recipe=Path("r.yaml"), worked="openmath:w.parquet", answers="dapo:a.parquet", eval_data="gsm8k:e",
                 eval_seed=1, n_worked=2, n_answers=3, n_eval=4, minutes=0.25, round_steps=5, format_target=0.5,
                 max_rounds=6, preflight_prompts=7, eval_backend="vllm", control_lr=1e-5, only_sft_w=True,
-                work=Path("w"), out=Path("o"), overrides=("grpo.beta=0.1",)),
+                work=Path("w"), out=Path("o"), overrides=("grpo.beta=0.1",), eval_data_2="generator:test",
+                n_eval_2=8, n_pilot=9, pilots=("recipe", "lr:grpo.learning_rate=1e-5"), pilot_minutes=0.5,
+                only_arms=("grpo_a", "fresh_sft"), sft_w_sha256="ab" * 32),
 ]
 REQUIRED_ONLY = [TrainArgs(Path("r.yaml")), EvalArgs(("tiny",)), ExportArgs(model="tiny"), CompareArgs()]
 

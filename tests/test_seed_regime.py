@@ -104,3 +104,84 @@ def test_template_split_separates_prompts_whose_template_w_taught():
     assert split["template_not_in_w"]["accuracy"]["sft_w+grpo_a"] == 1.0
     assert split["template_in_w"]["grpo_minus"]["sft_w+more_sft_w"]["difference"] == -0.5
     assert split["template_not_in_w"]["grpo_minus"]["sft_w+more_sft_w"]["difference"] == 1.0
+
+
+def gsm8k_shaped(path: Path, split: str, n: int) -> str:
+    """Generator problems written as GSM8K rows (question, answer ending '#### N'): the real file's shape, not its data."""
+    from grpo_playground.data.generator import generate_problems
+
+    rows = [{"question": p.question, "answer": "\n".join(p.solution_steps) + f"\n#### {p.answer}"}
+            for p in generate_problems(n, split=split, seed=3, levels=[1])]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return f"gsm8k:{path}"
+
+
+def test_pilot_slice_and_second_held_out_set_are_kept_out_of_w_and_a(tmp_path):
+    train, test = gsm8k_shaped(tmp_path / "train.jsonl", "train", 30), gsm8k_shaped(tmp_path / "test.jsonl", "test", 5)
+    args = seed_regime.parse_args(["--worked", "generator:train?levels=1", "--answers", train, "--n-answers", "20",
+                                   "--n-pilot", "6", "--eval-data", test, "--n-eval", "5", "--n-worked", "4",
+                                   "--eval-data-2", "generator:train?levels=1", "--n-eval-2", "3"])
+    sets = seed_regime.build_sets(args, load_recipe(RECIPE), tmp_path / "data")
+    assert (sets["answers"], sets["pilot"], sets["held_out"]) == (20, 6, 8)
+    pilot = [r["prompt"] for r in rows(tmp_path / "data" / "pilot.jsonl")]
+    answers = [r["prompt"] for r in rows(tmp_path / "data" / "answers.jsonl")]
+    worked = [r["problem"] for r in rows(tmp_path / "data" / "worked.jsonl")]
+    second = [e["problem"] for e in load_examples("generator:train?levels=1", n=3).examples]
+    assert pilot == [json.loads(line)["question"] for line in (tmp_path / "train.jsonl").open()][:6]
+    assert not set(pilot) & set(answers) and not set(second) & set(worked)  # the 2nd held-out set is the generator's
+
+
+def test_a_carried_sft_w_with_another_hash_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit, match="holds no finished sft-W adapter"):
+        seed_regime.main(["--work", str(tmp_path), "--sft-w-sha256", "0" * 64])
+    with pytest.raises(SystemExit):
+        seed_regime.parse_args(["--pilot", "lr:sft.learning_rate=1"])
+    assert "NAME:grpo.KEY=VALUE" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_gsm8k_regime_split_over_two_leases_starts_every_arm_from_one_checkpoint(tmp_path):
+    """The GPU plan on tiny: lease 1 trains sft-W, the pilots and GRPO; lease 2 gets the work folder back without
+    weights but with sft-W's adapter, checks its hash, trains the two SFT arms and reports both held-out columns."""
+    train, test = gsm8k_shaped(tmp_path / "train.jsonl", "train", 40), gsm8k_shaped(tmp_path / "test.jsonl", "test", 6)
+    work, out = tmp_path / "work", tmp_path / "result"
+    argv = ["--worked", "generator:train?levels=1", "--answers", train, "--eval-data", test, "--n-eval", "6",
+            "--eval-data-2", "generator:test?levels=1", "--n-eval-2", "6", "--n-worked", "12", "--n-answers", "16",
+            "--n-pilot", "4", "--minutes", "0.1", "--round-steps", "3", "--format-target", "0",
+            "--preflight-prompts", "1", "--work", str(work), "--out", str(out),
+            "--set", "sft.per_device_batch_size=4", "--set", "grpo.per_device_batch_size=8",
+            "--set", "grpo.max_completion_length=32"]
+    pilots = ["--pilot", "recipe", "--pilot", "hot:grpo.temperature=1.3,grpo.beta=0.0", "--pilot-minutes", "0.05"]
+    assert seed_regime.main([*argv, *pilots, "--only-arms", "grpo_a"]) == 0
+    assert not out.with_suffix(".json").exists() and not (work / "more_sft_w").exists()
+    progress = json.loads((work / PROGRESS_FILE).read_text())["steps"]
+    sft_hash = progress["sft_w"]["sha256"]
+    assert progress["sft_w+grpo_a"]["start_sha256"] == sft_hash
+    chosen = json.loads((work / "pilots.json").read_text())
+    assert [r["name"] for r in chosen["runs"]] == ["recipe", "hot"] and chosen["chosen"] in ("recipe", "hot")
+    if chosen["chosen"] == "hot":  # the GRPO arm trains with the chosen pilot's settings
+        assert "temperature: 1.3" in (work / "grpo_a" / "recipe.yaml").read_text()
+    # what comes back from lease 1: everything but the weights (bench tgz), and sft-W's adapter on its own
+    for weights in work.glob("[gp]*/*/*.safetensors"):
+        weights.unlink()
+    grpo_log = (work / "grpo_a.log").read_text()
+    adapter = Path(progress["sft_w"]["run_dir"]) / "sft"
+    kept = {p: p.read_bytes() for p in adapter.glob("*.safetensors")}
+    next(iter(kept)).write_bytes(b"another checkpoint")
+    with pytest.raises(SystemExit, match="not the .* every arm must start from"):
+        seed_regime.main([*argv, *pilots, "--sft-w-sha256", sft_hash])
+    for p, data in kept.items():
+        p.write_bytes(data)
+    assert seed_regime.main([*argv, *pilots, "--sft-w-sha256", sft_hash]) == 0
+    assert (work / "grpo_a.log").read_text() == grpo_log  # GRPO ran once, in lease 1
+    result = json.loads(out.with_suffix(".json").read_text())
+    assert result["sft_w_sha256"] == sft_hash and set(result["start_sha256"].values()) == {sft_hash}
+    assert set(result["start_sha256"]) == set(seed_regime.ARMS[1:])
+    (second,) = result["second_eval"]
+    assert second["source"] == "generator:test?levels=1" and result["sources"]["eval"] == test
+    for column in (result, second):
+        assert {arm: e["n"] for arm, e in column["eval"].items()} == dict.fromkeys(seed_regime.ARMS, 6)
+        assert all(d["n"] == 6 and d["se"] >= 0 for d in column["grpo_minus"].values())
+    md = out.with_suffix(".md").read_text()
+    assert "accuracy % on `generator:test?levels=1`" in md and md.count("paired on the same prompts") == 2
+    assert f"sha256 {sft_hash[:16]}... (checked at each arm)" in md and "| hot |" in md

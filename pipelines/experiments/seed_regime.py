@@ -4,8 +4,9 @@ answer-only problems beat spending the same time on more SFT over the few worked
     OMP_NUM_THREADS=1 python -m pipelines.experiments.seed_regime [--recipe recipes/tiny-cpu.yaml] \
         [--worked generator:train] [--answers generator:train] [--eval-data generator:test] \
         [--n-worked 200] [--n-answers 4000] [--n-eval 600] [--minutes 10] \
-        [--eval-backend transformers|vllm] [--only-sft-w] [--work runs/seed_regime] [--out results/learning_seed_regime_cpu] \
-        [--set SECTION.KEY=VALUE ...]
+        [--eval-data-2 SPEC --n-eval-2 600] [--n-pilot N --pilot NAME[:grpo.KEY=VALUE,...] ... --pilot-minutes 2] \
+        [--eval-backend transformers|vllm] [--only-sft-w | --only-arms ARM ...] [--sft-w-sha256 HASH] \
+        [--work runs/seed_regime] [--out results/learning_seed_regime_cpu] [--set SECTION.KEY=VALUE ...]
 
 With the seed's datasets (files on disk, any of .jsonl/.json/.csv/.parquet):
     --worked openmath:OpenMathReasoning-mini.parquet --answers dapo:DAPO-Math-17k.parquet --eval-data gsm8k:test.jsonl
@@ -20,13 +21,16 @@ app's Resume comparison does, skips finished steps and starts an interrupted one
      and falling linearly to 0 within each round), a pre-flight after each round samples the held-out prompts
      (grpo.num_generations completions each, at grpo.temperature) until the format rate reaches --format-target
      (at most --max-rounds rounds: then the arms start from the last one and the report says the target was missed);
+  1b. pilots (--pilot, with --n-pilot problems of --answers held out from A): short GRPO runs from sft-W, scored on
+     the pilot slice; the most accurate one's settings are the GRPO arm's;
   2. sft-W + grpo-A: GRPO from the sft-W adapter on A for --minutes;
   3. sft-W + more sft-W (the fair control): SFT continued on W for GRPO's measured wall time, lr falling linearly
      from --control-lr (default a tenth of the recipe's SFT rate) to 0 over the steps that fit at step 1's pace;
   4. sft-W + fresh worked SFT: the same as 3 on worked problems of --worked that are not in W (`fresh.jsonl`):
      the "if gold reasoning were free" row, reported, not a target;
-  5. greedy evaluation (`python -m pipelines.eval`) of the four checkpoints on the same --n-eval prompts; GRPO's
-     paired differences (with standard errors) against each other arm.
+  5. greedy evaluation (`python -m pipelines.eval`) of the four checkpoints on the same --n-eval prompts (and on
+     --eval-data-2's, a second column); GRPO's paired differences (with standard errors) against each other arm.
+--only-arms and --sft-w-sha256 split the arms over machines that share one sft-W (checked by its hash).
 Writes <out>.json (every number) and <out>.md (tables, the command, versions). While it runs, <work>/progress.json
 says which step runs (data, sft_w, one per arm, eval) and the run folder it trains in, so the app can show progress.
 """
@@ -40,10 +44,10 @@ import sys
 import time
 from pathlib import Path
 
-from grpo_playground.cli.args import CompareArgs
+from grpo_playground.cli.args import CompareArgs, EvalArgs
 from grpo_playground.run_layout import PREFLIGHT_FILE, PROGRESS_FILE, read_json, read_status, write_json_atomic
 
-from pipelines.experiments.tiny_cpu_learning import (_pct, _weights_sha256, evaluate, level_table, paired_difference,
+from pipelines.experiments.tiny_cpu_learning import (_pct, _weights_sha256, level_table, paired_difference, run,
                                                      train)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,17 +66,6 @@ def mark(work: Path, step: str, state: str, run_dir: Path | None = None, **facts
     progress["steps"][step] = entry
     work.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, progress)
-
-
-def train_step(args, work: Path, step: str, folder: str, stage: str, overrides: list[str]) -> dict:
-    """One arm in <work>/<folder>, marked running then done; an arm a resumed run finished before is not run again
-    (and not shown as running)."""
-    run_dir = work / folder
-    if read_status(run_dir).get("state") != "finished":
-        mark(work, step, "running", run_dir)
-    status = train(args.recipe, run_dir, stage, overrides)
-    mark(work, step, "done")
-    return status
 
 
 def _reasoning(example: dict, tags) -> str:
@@ -98,6 +91,24 @@ def _worked_rows(examples: list[dict], tags) -> list[dict]:
             for e in examples]
 
 
+def _answer_rows(examples: list[dict]) -> list[dict]:
+    return [{"prompt": e["problem"], "solution": e["answer"]} for e in examples]
+
+
+def eval_sources(args) -> list[tuple[str, int]]:
+    """The held-out sources every arm is scored on, each with its number of prompts: --eval-data, then
+    --eval-data-2 (its own column in the report) when given."""
+    return [(args.eval_data, args.n_eval), *([(args.eval_data_2, args.n_eval_2)] if args.eval_data_2 else [])]
+
+
+def held_out_problems(args, tags) -> set[str]:
+    """Every held-out question (of both sources): W, A, the pilot slice and the fresh problems skip them."""
+    from grpo_playground.data import load_examples
+
+    return {e["problem"] for spec, n in eval_sources(args)
+            for e in load_examples(spec, n=n, tags=tags, seed=args.eval_seed).examples}
+
+
 def build_sets(args, cfg, data_dir: Path) -> dict:
     """W and A (and the eval prompts' questions), written once; a rerun reads the same files back."""
     from grpo_playground.data import load_examples
@@ -106,7 +117,7 @@ def build_sets(args, cfg, data_dir: Path) -> dict:
     sizes_file = data_dir / "sets.json"
     if sizes_file.exists():
         return json.loads(sizes_file.read_text())
-    held_out = {e["problem"] for e in load_examples(args.eval_data, n=args.n_eval, tags=tags, seed=args.eval_seed).examples}
+    held_out = held_out_problems(args, tags)
     worked = load_examples(args.worked, n=args.n_worked + len(held_out), tags=tags, with_solution=True,
                            seed=cfg.data.seed)
     w = [e for e in worked.examples if e["problem"] not in held_out][: args.n_worked]
@@ -115,15 +126,20 @@ def build_sets(args, cfg, data_dir: Path) -> dict:
                          f"({worked.summary()}): lower --n-worked or use a larger file")
     w_questions = {e["problem"] for e in w}
     # Another seed for the generator; a file is read in row order, so skip W's rows when both name one file.
-    answers = load_examples(args.answers, n=args.n_answers + args.n_worked + len(held_out), tags=tags,
+    wanted = args.n_pilot + args.n_answers
+    answers = load_examples(args.answers, n=wanted + args.n_worked + len(held_out), tags=tags,
                             seed=cfg.data.seed + 1)
-    a = [e for e in answers.examples if e["problem"] not in held_out and e["problem"] not in w_questions][: args.n_answers]
-    if len(a) < args.n_answers:
-        raise SystemExit(f"--answers {args.answers} gave only {len(a)} problems outside W and the held-out prompts "
-                         f"({answers.summary()}): lower --n-answers or use a larger file")
+    pool = [e for e in answers.examples if e["problem"] not in held_out and e["problem"] not in w_questions][:wanted]
+    if len(pool) < wanted:
+        raise SystemExit(f"--answers {args.answers} gave only {len(pool)} problems outside W and the held-out prompts "
+                         f"({answers.summary()}), {wanted} wanted (--n-pilot + --n-answers): lower them or use a "
+                         "larger file")
+    pilot, a = pool[: args.n_pilot], pool[args.n_pilot:]  # the pilot slice: A's first rows, never trained on by an arm
     _write_jsonl(data_dir / "worked.jsonl", _worked_rows(w, tags))
-    _write_jsonl(data_dir / "answers.jsonl", [{"prompt": e["problem"], "solution": e["answer"]} for e in a])
-    sizes = {"worked": len(w), "answers": len(a), "held_out": len(held_out),
+    _write_jsonl(data_dir / "answers.jsonl", _answer_rows(a))
+    if pilot:
+        _write_jsonl(data_dir / "pilot.jsonl", _answer_rows(pilot))
+    sizes = {"worked": len(w), "answers": len(a), "pilot": len(pilot), "held_out": len(held_out),
              "worked_skipped": worked.skipped, "answers_skipped": answers.skipped}
     sizes_file.write_text(json.dumps(sizes, indent=1))
     return sizes
@@ -138,9 +154,9 @@ def fresh_set(args, cfg, data_dir: Path, n_fresh: int) -> int:
         return sum(1 for _ in path.open())
     tags = cfg.rewards.tags
     w_questions = set(worked_problems(data_dir))
-    held_out = {e["problem"] for e in load_examples(args.eval_data, n=args.n_eval, tags=tags, seed=args.eval_seed).examples}
+    held_out = held_out_problems(args, tags)
     # Same source and seed as W, drawn larger: W's problems come back first and are dropped by question.
-    pool = load_examples(args.worked, n=args.n_worked + args.n_eval + n_fresh, tags=tags, with_solution=True,
+    pool = load_examples(args.worked, n=args.n_worked + len(held_out) + n_fresh, tags=tags, with_solution=True,
                          seed=cfg.data.seed).examples
     fresh = [e for e in pool if e["problem"] not in w_questions and e["problem"] not in held_out][:n_fresh]
     if not fresh:
@@ -149,10 +165,10 @@ def fresh_set(args, cfg, data_dir: Path, n_fresh: int) -> int:
     return len(fresh)
 
 
-def sft_until_format(args, cfg, work: Path, worked_spec: str) -> dict:
-    """SFT on W in rounds until the sampled format rate on held-out prompts reaches the target."""
+def sft_until_format(args, cfg, work: Path, worked_spec: str, check_data: str) -> dict:
+    """SFT on W in rounds until the sampled format rate on `check_data`'s prompts reaches the target."""
     common = ["tracking.swanlab=disabled", "grpo.enabled=false", f"data.sft_source={worked_spec}",
-              f"data.eval_source={args.eval_data}", f"sft.max_steps={args.round_steps}", "sft.num_train_epochs=1000",
+              f"data.eval_source={check_data}", f"sft.max_steps={args.round_steps}", "sft.num_train_epochs=1000",
               f"grpo.preflight_prompts={args.preflight_prompts}", *args.overrides]
     adapter, rounds = cfg.model.name_or_path, []
     for i in range(args.max_rounds):
@@ -216,12 +232,121 @@ def parse_args(argv: list[str] | None = None) -> CompareArgs:
         parser.error("--minutes must be in (0, 600] and --format-target in [0, 1] (0: one round of SFT)")
     from grpo_playground.data.spec import parse_spec
 
-    for spec in (args.worked, args.answers, args.eval_data):
+    for spec in (args.worked, args.answers, args.eval_data, *([args.eval_data_2] if args.eval_data_2 else [])):
         try:
             parse_spec(spec)
         except ValueError as error:
             parser.error(str(error))
+    try:
+        [pilot_spec(text) for text in args.pilots]
+    except ValueError as error:
+        parser.error(str(error))
+    if args.pilots and args.n_pilot < 1:
+        parser.error("--pilot needs a pilot slice: give --n-pilot N (problems of --answers held out from A)")
+    if args.n_pilot < 0 or args.n_eval_2 < 1 or not 0 < args.pilot_minutes <= 60:
+        parser.error("--n-pilot must be >= 0, --n-eval-2 >= 1 and --pilot-minutes in (0, 60]")
+    if args.sft_w_sha256 and args.only_sft_w:
+        parser.error("--sft-w-sha256 checks a carried sft-W before the arms; --only-sft-w trains it: use one")
     return args
+
+
+def adapter_sha256(adapter: str | Path) -> str:
+    """One hash of a checkpoint folder's weights and configs (what an arm starts from), file names included."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(Path(adapter).iterdir()):
+        if path.suffix in (".safetensors", ".json"):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def carried_sft_w(work: Path, expected: str) -> None:
+    """Refuse to start unless the finished sft-W in `work` (carried from an earlier lease) has the expected hash."""
+    entry = (read_json(work / PROGRESS_FILE) or {}).get("steps", {}).get("sft_w", {})
+    adapter = Path(entry.get("run_dir", work / "sft_w_round0")) / "sft"
+    if entry.get("state") != "done" or not adapter.is_dir():
+        raise SystemExit(f"--sft-w-sha256 given but {work} holds no finished sft-W adapter ({adapter} missing): "
+                         "restore the earlier lease's work folder and its sft-W adapter there first "
+                         "(BENCHMARKS.md, the GSM8K seed regime's plan)")
+    found = adapter_sha256(adapter)
+    if found != expected:
+        raise SystemExit(f"sft-W adapter {adapter} has sha256 {found}, not the {expected} every arm must start from: "
+                         "carry the adapter that the earlier lease brought back, unchanged")
+
+
+def pilot_spec(text: str) -> tuple[str, list[str]]:
+    """'NAME:grpo.key=value,grpo.key=value' -> (NAME, overrides); a bare NAME is the recipe as it is."""
+    name, _, sets = text.partition(":")
+    overrides = [o.strip() for o in sets.split(",") if o.strip()]
+    if not name or any("=" not in o or not o.startswith("grpo.") for o in overrides):
+        raise ValueError(f"--pilot {text!r}: write NAME or NAME:grpo.KEY=VALUE[,grpo.KEY=VALUE...]")
+    return name, overrides
+
+
+def run_pilots(args, cfg, work: Path, sets: dict, adapter: str, base: list[str]) -> dict:
+    """Short GRPO runs from sft-W on A, one per --pilot setting, each scored greedily on the pilot slice (never on
+    a held-out set); the most accurate one's settings are the GRPO arm's. Written to <work>/pilots.json."""
+    path = work / "pilots.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    pilot_data = f"dapo:{work / 'data' / 'pilot.jsonl'}"
+    runs = []
+    for text in args.pilots:
+        name, overrides = pilot_spec(text)
+        run_dir = work / f"pilot_{name}"
+        mark(work, "sft_w+grpo_a", "running", run_dir, pilot=name)
+        try:
+            status = train(args.recipe, run_dir, "grpo",
+                           [*base, f"model.name_or_path={adapter}", "sft.enabled=false",
+                            f"data.grpo_source=dapo:{work / 'data' / 'answers.jsonl'}", f"data.n_grpo={sets['answers']}",
+                            f"grpo.max_minutes={args.pilot_minutes}", "grpo.max_steps=1000000", *overrides])
+        except SystemExit as failed:  # a setting that diverges (NaN logits) is a pilot's answer, not the run's end
+            runs.append({"name": name, "overrides": overrides, "failed": str(failed)})
+            continue
+        runs.append({"name": name, "overrides": overrides, "steps": status["step"],
+                     "seconds": status["stage_seconds"]["grpo"], "reward": reward_curve(run_dir)})
+    trained = [r for r in runs if "failed" not in r]
+    if not trained:
+        raise SystemExit(f"every GRPO pilot failed: {[r['failed'] for r in runs]}")
+    scored = evaluate_together({r["name"]: str(work / f"pilot_{r['name']}" / "grpo") for r in trained},
+                               {r["name"]: work / f"eval_pilot_{r['name']}.json" for r in trained}, sets["pilot"],
+                               cfg.grpo.max_completion_length, pilot_data, args.eval_seed, args.eval_backend)
+    for r in trained:
+        r.update(accuracy=scored[r["name"]]["accuracy"], accuracy_se=scored[r["name"]]["accuracy_se"])
+    best = max(trained, key=lambda r: r["accuracy"])  # the first of equals: list the recipe's own settings first
+    for r in trained:
+        r["minus_chosen"] = paired_difference(scored[r["name"]], scored[best["name"]]) if r is not best else None
+    pilots = {"minutes": args.pilot_minutes, "n": sets["pilot"], "runs": runs, "chosen": best["name"],
+              "overrides": best["overrides"]}
+    write_json_atomic(path, pilots)
+    return pilots
+
+
+def evaluate_together(models: dict[str, str], outs: dict[str, Path], n: int, max_new_tokens: int, data: str,
+                      seed: int, backend: str) -> dict[str, dict]:
+    """Score several checkpoints on the same prompts in one `pipelines.eval` process (through vLLM: one engine for
+    all of them); a checkpoint whose file exists is read back, not scored again."""
+    missing = [name for name in models if not outs[name].exists()]
+    if missing:
+        batch = n if backend == "vllm" else 64  # vLLM schedules its own batches: give it every prompt at once
+        command = EvalArgs(tuple(models[m] for m in missing), data, n, batch, max_new_tokens, seed=seed,
+                           backend=backend, out=tuple(outs[m] for m in missing)).command()
+        run(command, outs[missing[0]].with_suffix(".log"))
+    return {name: json.loads(outs[name].read_text()) for name in models}
+
+
+def reward_curve(run_dir: Path, parts: int = 4) -> dict:
+    """GRPO's mean check_answer reward, total reward and zero-variance group fraction over each quarter of its
+    steps (from metrics.jsonl): has the reward flattened?"""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()] if (run_dir / "metrics.jsonl").exists() else []
+    rows = [r for r in rows if "reward" in r]
+    curve = {}
+    for key in ("rewards/check_answer/mean", "reward", "frac_reward_zero_std"):
+        values = [r[key] for r in rows if r.get(key) is not None]
+        chunks = [values[i * len(values) // parts:(i + 1) * len(values) // parts] for i in range(parts)]
+        curve[key] = [round(sum(c) / len(c), 3) if c else None for c in chunks]
+    return curve
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -230,61 +355,100 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cfg = apply_overrides(load_recipe(args.recipe), args.overrides)
     work = args.work.resolve()
+    if args.sft_w_sha256:  # before anything runs: a wrong carried checkpoint costs no device time
+        carried_sft_w(work, args.sft_w_sha256)
     data_dir = work / "data"
     mark(work, "data", "running")
     sets = build_sets(args, cfg, data_dir)
     mark(work, "data", "done")
     worked_spec = f"openmath:{data_dir / 'worked.jsonl'}"
-    base = [*args.overrides, "tracking.swanlab=disabled", f"data.eval_source={args.eval_data}",
+    # the format checks and pre-flights sample the pilot slice when there is one: the held-out sets stay unseen
+    check_data = f"dapo:{data_dir / 'pilot.jsonl'}" if sets.get("pilot") else args.eval_data
+    base = [*args.overrides, "tracking.swanlab=disabled", f"data.eval_source={check_data}",
             f"grpo.preflight_prompts={args.preflight_prompts}",
             "grpo.on_preflight_error=continue"]  # an arm is measured even when its pre-flight says ERROR
 
-    sft = sft_until_format(args, cfg, work, worked_spec)
-    mark(work, "sft_w", "done", rounds=sft["rounds"])  # every round's format rate, the last one's too
+    sft = sft_until_format(args, cfg, work, worked_spec, check_data)
+    sft_hash = adapter_sha256(sft["adapter"])
+    mark(work, "sft_w", "done", rounds=sft["rounds"], sha256=sft_hash)  # every round's format rate, the last one's too
+    print(f"sft-W adapter {sft['adapter']} sha256 {sft_hash}", flush=True)
     if args.only_sft_w:
         return 0
-    grpo_status = train_step(args, work, "sft_w+grpo_a", "grpo_a", "grpo",
-                             [*base, f"model.name_or_path={sft['adapter']}", "sft.enabled=false",
-                              f"data.grpo_source=dapo:{data_dir / 'answers.jsonl'}", f"data.n_grpo={sets['answers']}",
-                              f"grpo.max_minutes={args.minutes}", "grpo.max_steps=1000000"])
+    pilots = run_pilots(args, cfg, work, sets, sft["adapter"], base) if args.pilots else None
+    wanted = set(args.only_arms or ("grpo_a", "more_sft_w", "fresh_sft"))
+    started: dict[str, str] = {}
+
+    def arm(name: str, run_dir: Path, stage: str, overrides: list[str]) -> dict:
+        """Train one arm from sft-W (or read the finished run a carried work folder holds)."""
+        finished = read_status(run_dir).get("state") == "finished"
+        if name.split("+")[-1] not in wanted and not finished:
+            raise SystemExit(f"{name} has not run in {work}: run it (--only-arms {name.split('+')[-1]}) or carry its "
+                             "run folder from the lease that ran it")
+        started[name] = adapter_sha256(sft["adapter"])  # the checkpoint it starts from, as it is now
+        if started[name] != sft_hash:
+            raise SystemExit(f"sft-W's adapter changed under {work} before {name} (sha256 {started[name]}, was {sft_hash})")
+        if not finished:  # a resumed comparison does not show an arm it finished before as running again
+            mark(work, name, "running", run_dir, start_sha256=started[name])
+        status = train(args.recipe, run_dir, stage, [*overrides, f"model.name_or_path={sft['adapter']}"])
+        mark(work, name, "done")
+        return status
+
+    grpo_status = arm("sft_w+grpo_a", work / "grpo_a", "grpo",
+                      [*base, "sft.enabled=false", f"data.grpo_source=dapo:{data_dir / 'answers.jsonl'}",
+                       f"data.n_grpo={sets['answers']}", f"grpo.max_minutes={args.minutes}", "grpo.max_steps=1000000",
+                       *(pilots["overrides"] if pilots else [])])
     grpo_seconds = grpo_status["stage_seconds"]["grpo"]
     control_lr = args.control_lr if args.control_lr is not None else cfg.sft.learning_rate / 10
     control_steps = max(1, int(grpo_seconds * sft["steps"] / sft["train_seconds"]))
     batch = cfg.sft.per_device_batch_size * cfg.sft.gradient_accumulation_steps
-    n_fresh = fresh_set(args, cfg, data_dir, control_steps * batch)
-    continuation = [*base, f"model.name_or_path={sft['adapter']}", "grpo.enabled=false", f"sft.learning_rate={control_lr}",
+    continuation = [*base, "grpo.enabled=false", f"sft.learning_rate={control_lr}",
                     "sft.lr_scheduler_type=linear", f"sft.max_minutes={grpo_seconds / 60:.3f}", f"sft.max_steps={control_steps}",
                     "sft.warmup_steps=0", "sft.num_train_epochs=1000"]
-    more_w = train_step(args, work, "sft_w+more_sft_w", "more_sft_w", "sft",
-                        [*continuation, f"data.sft_source={worked_spec}"])
-    fresh = train_step(args, work, "sft_w+fresh_sft", "fresh_sft", "sft",
-                       [*continuation, f"data.sft_source=openmath:{data_dir / 'fresh.jsonl'}", f"data.n_sft={n_fresh}"])
-
+    statuses = {"sft_w+grpo_a": grpo_status}
+    n_fresh = fresh_set(args, cfg, data_dir, control_steps * batch) if wanted - {"grpo_a"} else None
+    if "more_sft_w" in wanted:
+        statuses["sft_w+more_sft_w"] = arm("sft_w+more_sft_w", work / "more_sft_w", "sft",
+                                           [*continuation, f"data.sft_source={worked_spec}"])
+    if "fresh_sft" in wanted:
+        statuses["sft_w+fresh_sft"] = arm("sft_w+fresh_sft", work / "fresh_sft", "sft",
+                                          [*continuation, f"data.sft_source=openmath:{data_dir / 'fresh.jsonl'}",
+                                           f"data.n_sft={n_fresh}"])
     models = {"sft_w": sft["adapter"], "sft_w+grpo_a": str(work / "grpo_a" / "grpo"),
               "sft_w+more_sft_w": str(work / "more_sft_w" / "sft"), "sft_w+fresh_sft": str(work / "fresh_sft" / "sft")}
+    scored_arms = ["sft_w", *(a for a in ARMS[1:] if a.split("+")[-1] in wanted)]
     mark(work, "eval", "running")
-    full = {arm: evaluate(model, work / f"eval_{arm.replace('+', '_')}.json", args.n_eval, cfg.grpo.max_completion_length,
-                          args.eval_data, args.eval_seed, args.eval_backend) for arm, model in models.items()}
+    columns = {spec: evaluate_together({arm: models[arm] for arm in scored_arms},
+                                       {arm: work / eval_file(arm, i) for arm in scored_arms}, n,
+                                       cfg.grpo.max_completion_length, spec, args.eval_seed, args.eval_backend)
+               for i, (spec, n) in enumerate(eval_sources(args))}
+    if set(scored_arms) != set(ARMS):  # --only-arms: these arms' evaluations are written; the report waits for all
+        mark(work, "eval", "partial", arms=scored_arms)
+        print(f"--only-arms: trained and scored {', '.join(scored_arms)}; sft-W sha256 {sft_hash}", flush=True)
+        return 0
+    (spec, full), *second = columns.items()
     result = {
         "command": "OMP_NUM_THREADS=1 python -m pipelines.experiments.seed_regime " + " ".join(argv or sys.argv[1:]),
         "recipe": str(args.recipe.resolve().relative_to(ROOT) if args.recipe.resolve().is_relative_to(ROOT)
                       else args.recipe),
-        "sources": {"worked": args.worked, "answers": args.answers, "eval": args.eval_data, "eval_seed": args.eval_seed},
+        "sources": {"worked": args.worked, "answers": args.answers, "eval": args.eval_data, "eval_seed": args.eval_seed,
+                    **({"eval_2": args.eval_data_2} if args.eval_data_2 else {})},
         "sets": {**sets, "fresh": n_fresh},
         "minutes": args.minutes,
         "eval_backend": args.eval_backend,
         "sft_w": {k: v for k, v in sft.items() if k != "adapter"},
+        "sft_w_sha256": sft_hash,
+        "start_sha256": started,
+        "pilots": pilots,
         "format_target": args.format_target,
         "sampled_format": {"prompts": args.preflight_prompts, "completions_each": cfg.grpo.num_generations,
                            "temperature": cfg.grpo.temperature},
         "control": {"learning_rate": control_lr, "schedule": "linear to 0", "planned_steps": control_steps},
-        "seconds": {"sft_w": sft["train_seconds"], "sft_w+grpo_a": grpo_seconds,
-                    "sft_w+more_sft_w": more_w["stage_seconds"]["sft"], "sft_w+fresh_sft": fresh["stage_seconds"]["sft"]},
-        "steps": {"sft_w": sft["steps"], "sft_w+grpo_a": grpo_status["step"], "sft_w+more_sft_w": more_w["step"],
-                  "sft_w+fresh_sft": fresh["step"]},
-        "eval": {arm: {k: v for k, v in f.items() if k not in ("completions", "example_prompt")} for arm, f in full.items()},
-        "grpo_minus": {arm: paired_difference(full["sft_w+grpo_a"], full[arm]) for arm in ARMS if arm != "sft_w+grpo_a"},
-        "by_template": template_split(worked_problems(data_dir), full),
+        "seconds": {"sft_w": sft["train_seconds"],
+                    **{arm: s["stage_seconds"]["grpo" if arm == "sft_w+grpo_a" else "sft"] for arm, s in statuses.items()}},
+        "steps": {"sft_w": sft["steps"], **{arm: s["step"] for arm, s in statuses.items()}},
+        "reward_curve": reward_curve(work / "grpo_a"),
+        **column(full, worked_problems(data_dir)),
+        "second_eval": [{"source": s2, **column(f2, worked_problems(data_dir))} for s2, f2 in second],
         "model_sha256": _weights_sha256(cfg.model.name_or_path),
         "versions": _versions(),
     }
@@ -294,6 +458,35 @@ def main(argv: list[str] | None = None) -> int:
     mark(work, "eval", "done")
     print(report(result))
     return 0
+
+
+def eval_file(arm: str, source_index: int) -> str:
+    """An arm's evaluation file: eval_<arm>.json on --eval-data (the name earlier runs used), eval2_<arm>.json on
+    --eval-data-2."""
+    return f"eval{'' if source_index == 0 else source_index + 1}_{arm.replace('+', '_')}.json"
+
+
+def copy_rate(completions: list[dict], reasoning_end: str = "<end_working_out>") -> dict:
+    """Of the completions in format, how often `<SOLUTION>` repeats the reasoning's last number (the copy), and how
+    often that last number is the gold answer: a model that reasons right but copies wrong earns no check_answer."""
+    from grpo_playground.data.answers import normalize_number
+
+    shaped = [c for c in completions if c.get("in_format")]
+    last = [re.findall(r"-?\d+(?:\.\d+)?", c["text"].split(reasoning_end)[0].replace(",", "")) for c in shaped]
+    last = [normalize_number(x[-1]) if x else None for x in last]
+    n = len(shaped)
+    return {"n_in_format": n,
+            "copied": round(sum(x is not None and x == normalize_number(c["guess"] or "") for x, c in zip(last, shaped)) / n, 4) if n else None,
+            "last_is_gold": round(sum(x is not None and x == normalize_number(c["answer"]) for x, c in zip(last, shaped)) / n, 4) if n else None}
+
+
+def column(full: dict[str, dict], worked: list[str]) -> dict:
+    """One held-out source's numbers: each arm's summary (with its copy rate), GRPO's paired differences, the
+    template split."""
+    return {"eval": {arm: {**{k: v for k, v in f.items() if k not in ("completions", "example_prompt")},
+                           "copy": copy_rate(f["completions"])} for arm, f in full.items()},
+            "grpo_minus": {arm: paired_difference(full["sft_w+grpo_a"], full[arm]) for arm in ARMS if arm != "sft_w+grpo_a"},
+            "by_template": template_split(worked, full)}
 
 
 def _versions() -> dict:
@@ -318,7 +511,10 @@ def report(r: dict) -> str:
         + ", ".join(f"{k} {v}" for k, v in r["versions"].items()) + ").", "",
         f"Data: W = {n['worked']} worked problems of `{r['sources']['worked']}`; A = {n['answers']} answer-only problems "
         f"of `{r['sources']['answers']}`; fresh = {n['fresh']} other worked problems; none of them among the "
-        f"{n['held_out']} held-out `{r['sources']['eval']}` prompts (seed {r['sources']['eval_seed']}), A none of W.", "",
+        f"{n['held_out']} held-out `{r['sources']['eval']}`"
+        + (f" and `{r['sources']['eval_2']}`" if r["sources"].get("eval_2") else "")
+        + f" prompts (seed {r['sources']['eval_seed']}), A none of W"
+        + (f", {n['pilot']} problems of A's source held out as the pilot slice" if n.get("pilot") else "") + ".", "",
         f"sft-W: {sft['steps']} steps in {len(sft['rounds'])} round(s), {sft['train_seconds']:.0f} s of training "
         "(format checks not counted); sampled format rate after each round: "
         + ", ".join(f"{100 * x['format_rate']:.0f}%" for x in sft["rounds"])
@@ -330,12 +526,41 @@ def report(r: dict) -> str:
         f"({r.get('eval_backend', 'transformers')}) on the same held-out prompts, ± one standard error:", "",
         "| arm | train time | steps | format rate % | accuracy % |", "|---|---|---|---|---|",
     ]
+    second = r.get("second_eval") or []
+    if second:  # one accuracy column per held-out source
+        lines[-2:] = ["| arm | train time | steps | format rate % | accuracy % | "
+                      + " | ".join(f"accuracy % on `{c['source']}`" for c in second) + " |",
+                      "|---|---|---|---|---|" + "---|" * len(second)]
     for arm in ARMS:
         lines.append(f"| {arm} | {'' if arm == 'sft_w' else '+'}{r['seconds'][arm]:.0f} s | {r['steps'][arm]} | "
-                     f"{_pct(e[arm], 'format_rate')} | {_pct(e[arm], 'accuracy')} |")
-    lines += ["", "sft-W + grpo-A minus each other arm, paired on the same prompts (accuracy points):", ""]
-    for arm, d in r["grpo_minus"].items():
-        lines.append(f"- minus {arm}: {100 * d['difference']:+.1f} ± {100 * d['se']:.1f}")
+                     f"{_pct(e[arm], 'format_rate')} | {_pct(e[arm], 'accuracy')} |"
+                     + "".join(f" {_pct(c['eval'][arm], 'accuracy')} |" for c in second))
+    for source, minus in ((r["sources"]["eval"], r["grpo_minus"]), *((c["source"], c["grpo_minus"]) for c in second)):
+        lines += ["", f"sft-W + grpo-A minus each other arm on `{source}`, paired on the same prompts (accuracy points):",
+                  ""]
+        for arm, d in minus.items():
+            lines.append(f"- minus {arm}: {100 * d['difference']:+.1f} ± {100 * d['se']:.1f}")
+    if r.get("start_sha256"):
+        same = set(r["start_sha256"].values()) == {r["sft_w_sha256"]}
+        lines += ["", f"Every arm started from sft-W's adapter sha256 {r['sft_w_sha256'][:16]}... "
+                  f"({'checked at each arm' if same else 'NOT the same for every arm: ' + str(r['start_sha256'])})."]
+    if r.get("reward_curve"):
+        lines += ["", "GRPO arm by quarter of its steps: " + "; ".join(
+            f"{key} " + " -> ".join("-" if v is None else f"{v:g}" for v in values)
+            for key, values in r["reward_curve"].items())]
+    if r.get("pilots"):
+        pl = r["pilots"]
+        lines += ["", f"Pilots ({pl['minutes']:g} min of GRPO each from sft-W on A, greedy on the {pl['n']} pilot "
+                  f"problems held out from A; chosen: `{pl['chosen']}`):", "",
+                  "| pilot | settings | steps | check_answer by quarter | zero-std groups | pilot accuracy % | minus chosen |",
+                  "|---|---|---|---|---|---|---|"]
+        for run in pl["runs"]:
+            d = run["minus_chosen"]
+            lines.append(f"| {run['name']} | {', '.join(run['overrides']) or 'the recipe'} | {run['steps']} | "
+                         + " -> ".join("-" if v is None else f"{v:g}" for v in run["reward"]["rewards/check_answer/mean"])
+                         + " | " + " -> ".join("-" if v is None else f"{v:g}" for v in run["reward"]["frac_reward_zero_std"])
+                         + f" | {100 * run['accuracy']:.1f} ± {100 * run['accuracy_se']:.1f} | "
+                         + ("chosen" if d is None else f"{100 * d['difference']:+.1f} ± {100 * d['se']:.1f}") + " |")
     lines += level_table({arm: e[arm] for arm in ARMS})
     if "by_template" in r:
         lines += ["", "Accuracy (%) on held-out prompts whose template (numbers and capitalised words masked) occurs in W, "

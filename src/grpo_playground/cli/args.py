@@ -192,9 +192,18 @@ class CompareArgs(CliArgs):
     answers: str = option("generator:train", help="source of A (answers only): generator:..., dapo:PATH, gsm8k:PATH")
     eval_data: str = option("generator:test", help="held-out source spec")
     eval_seed: int = option(0, help="seed of the held-out prompts")
+    eval_data_2: str | None = option(None, help="a second held-out source, reported as its own column (W, A and "
+                                                "the fresh problems skip its prompts too)")
     n_worked: int = option(200, help="W: worked problems")
     n_answers: int = option(4000, help="A: answer-only problems")
+    n_pilot: int = option(0, help="problems of --answers held out from A as the pilot slice (`pilot.jsonl`): "
+                                  "GRPO's settings are tuned on it, never on the held-out sets")
+    pilots: tuple[str, ...] = option((), flag="--pilot", many="append", metavar="NAME[:grpo.KEY=VALUE,...]",
+                                     help="a short GRPO pilot from sft-W (repeatable; list the recipe's own settings "
+                                          "first): the one most accurate on the pilot slice sets the GRPO arm's")
+    pilot_minutes: float = option(2.0, help="each pilot's GRPO time")
     n_eval: int = option(600, help="held-out prompts every arm is scored on")
+    n_eval_2: int = option(600, help="prompts of --eval-data-2")
     minutes: float = option(10.0, help="T: the time each arm trains after sft-W")
     round_steps: int = option(40, help="SFT steps between two format checks")
     format_target: float = option(0.95, help="sampled format rate that ends sft-W")
@@ -207,6 +216,13 @@ class CompareArgs(CliArgs):
     control_lr: float | None = option(None, help="peak lr of the two SFT continuations (default: a tenth of the "
                                                  "recipe's SFT lr)")
     only_sft_w: bool = option(False, help="stop after the data and sft-W (a later run without it goes on from there)")
+    only_arms: tuple[str, ...] = option((), many="append", metavar="ARM",
+                                        choices=("grpo_a", "more_sft_w", "fresh_sft"),
+                                        help="train and score only these arms (repeatable) and write no report: "
+                                             "a later run in the same --work, these arms' folders carried there, "
+                                             "goes on with the rest")
+    sft_w_sha256: str | None = option(None, help="refuse to start unless sft-W's adapter in --work has this hash "
+                                                 "(one carried from an earlier lease: every arm from the same checkpoint)")
     work: Path | None = option(None, help="the experiment's folder: data, run folders, progress.json "
                                           "(default: runs/seed_regime)")
     out: Path | None = option(None, help="the result files <out>.json and <out>.md "

@@ -1,0 +1,51 @@
+"""Why `tiny` does not copy its result into <SOLUTION> after sft-W (issue 20, item 4): SFT on the 200 worked
+problems of the seed regime as they are, and with each reasoning ending in tiny's pretraining sentence
+`The answer is N.`, then the copy rate on held-out prompts (seed_regime.copy_rate).
+
+    OMP_NUM_THREADS=1 python -m pipelines.experiments.copy_probe [STEPS] [WORK]   # 120, /tmp/copy_probe
+"""
+
+import json
+import sys
+from pathlib import Path
+
+from grpo_playground.cli.args import EvalArgs, TrainArgs
+from grpo_playground.config import load_recipe
+
+from pipelines.experiments import seed_regime
+from pipelines.experiments.tiny_cpu_learning import ROOT, run
+
+RECIPE = ROOT / "recipes" / "tiny-cpu.yaml"
+HELD_OUT = "generator:test?levels=1-2"
+
+
+def main(argv: list[str]) -> int:
+    steps = int(argv[0]) if argv else 120
+    root = Path(argv[1]) if len(argv) > 1 else Path("/tmp/copy_probe")
+    args = seed_regime.parse_args(["--worked", "generator:train?levels=1-2", "--answers", "generator:train?levels=1-2",
+                                   "--eval-data", HELD_OUT, "--n-answers", "10", "--n-eval", "200"])
+    seed_regime.build_sets(args, load_recipe(RECIPE), root / "data")  # the same W as the seed regime's
+    rows = [json.loads(line) for line in (root / "data" / "worked.jsonl").open()]
+    (root / "data" / "worked_answer_is.jsonl").write_text("".join(
+        json.dumps({**r, "generated_solution": r["generated_solution"] + f"\nThe answer is {r['expected_answer']}."}) + "\n"
+        for r in rows))
+    result = {}
+    for name in ("worked", "worked_answer_is"):
+        run_dir = root / f"sft_{name}_{steps}"
+        if not (run_dir / "sft").exists():
+            run(TrainArgs(RECIPE, run_dir=run_dir, stage="sft", overrides=(
+                "tracking.swanlab=disabled", "grpo.enabled=false", f"data.sft_source=openmath:{root / 'data' / (name + '.jsonl')}",
+                f"sft.max_steps={steps}", "sft.num_train_epochs=1000")).command(), root / f"sft_{name}_{steps}.log")
+        out = root / f"eval_{name}_{steps}.json"
+        if not out.exists():
+            run(EvalArgs((str(run_dir / "sft"),), HELD_OUT, 200, 64, 200, out=(out,)).command(), out.with_suffix(".log"))
+        e = json.loads(out.read_text())
+        result[name] = {"steps": steps, "format_rate": e["format_rate"], "accuracy": e["accuracy"],
+                        "accuracy_se": e["accuracy_se"], "copy": seed_regime.copy_rate(e["completions"])}
+        print(name, json.dumps(result[name]), flush=True)
+    (root / f"copy_probe_{steps}.json").write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
