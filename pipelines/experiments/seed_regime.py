@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 
 from grpo_playground.cli.args import CompareArgs, EvalArgs
-from grpo_playground.run_layout import PREFLIGHT_FILE, PROGRESS_FILE, read_json, read_status, write_json_atomic
+from grpo_playground.run_layout import METRICS_FILE, PREFLIGHT_FILE, PROGRESS_FILE, read_json, read_status, write_json_atomic
 
 from pipelines.experiments.tiny_cpu_learning import (_pct, _weights_sha256, level_table, paired_difference, run,
                                                      train)
@@ -339,7 +339,8 @@ def evaluate_together(models: dict[str, str], outs: dict[str, Path], n: int, max
 def reward_curve(run_dir: Path, parts: int = 4) -> dict:
     """GRPO's mean check_answer reward, total reward and zero-variance group fraction over each quarter of its
     steps (from metrics.jsonl): has the reward flattened?"""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()] if (run_dir / "metrics.jsonl").exists() else []
+    metrics = run_dir / METRICS_FILE
+    rows = [json.loads(line) for line in metrics.open()] if metrics.exists() else []
     rows = [r for r in rows if "reward" in r]
     curve = {}
     for key in ("rewards/check_answer/mean", "reward", "frac_reward_zero_std"):
