@@ -148,7 +148,7 @@ Path; carried_sft_w(Path('$G'), open('.carry/lease1/sft_w.sha256').read().strip(
 done
 # pack every log and result so far (no weights, no checkpoints) and show every run
 # (GSM8K and the sets drawn from it stay out: the tgz's logs go into the repo)
-tar czf $OUT/bench_$(date +%H%M%S).tgz -C $W --exclude=./gsm8k --exclude=./seed_gsm8k/data --exclude='*.safetensors' --exclude=space_data/hf --exclude='*.parquet' --exclude='*.bin' --exclude='*.pt' \
+tar czf $OUT/bench_$(date +%H%M%S).tgz -C $W --exclude=./gsm8k --exclude=./seed_gsm8k/data --exclude='*.safetensors' --exclude=space_data/hf --exclude=./space_data/cache/compile --exclude=./space_data/cache/models --exclude='*.parquet' --exclude='*.bin' --exclude='*.pt' \
   --exclude='*.pth' --exclude=checkpoints --exclude=models --exclude='*.gguf' --exclude=tokenizer.json --exclude=vocab.json \
   --exclude=merges.txt --exclude='unsloth_compiled*' . 2>/dev/null
 $B table $W/speed > $W/table.md 2>/dev/null; cat $W/table.md

@@ -140,6 +140,65 @@ def wait_for(what: str, poll, done, timeout_s: float, every_s: float = 2.0):
         time.sleep(every_s)
 
 
+class GpuWatch:
+    """While a GPU step runs: nvidia-smi's peak memory use and every holder the app's processes recorded in
+    gpu_share's registry (<cache>/gpu_share: chat servers, training jobs, with the bytes each claimed), sampled
+    every `every_s` seconds, so the record shows how one card was shared (or who was refused)."""
+
+    def __init__(self, data_root: Path, every_s: float = 3.0):
+        import threading
+
+        self.registry, self.every_s = data_root / "cache" / "gpu_share", every_s
+        self.peak_used_mib, self.total_mib, self.holders = 0, 0, {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        try:
+            used, total = subprocess.run(["nvidia-smi", "--query-gpu=memory.used,memory.total",
+                                          "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                                         timeout=20).stdout.split("\n")[0].split(",")
+            self.peak_used_mib, self.total_mib = max(self.peak_used_mib, int(used)), int(total)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            pass
+        for path in self.registry.glob("*.json"):
+            try:
+                entry = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            self.holders[path.stem] = {k: entry.get(k) for k in ("what", "bytes")} | {
+                "gib": round(int(entry.get("bytes") or 0) / 2**30, 1)}
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.every_s)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self._sample()
+
+    def summary(self) -> dict:
+        return {"gpu_peak_used_mib": self.peak_used_mib, "gpu_total_mib": self.total_mib,
+                "gpu_share_holders_seen": self.holders}
+
+
+def watched(data_root: Path | None, fn):
+    """fn() with a GpuWatch around it (data_root None: no GPU), its summary merged into fn's result."""
+    if data_root is None:
+        return fn
+    def run():
+        with GpuWatch(data_root) as watch:
+            value = fn()
+        return {**value, **watch.summary()}
+    return run
+
+
 def recipe_text(path: Path, overrides: list[str]) -> str:
     """The recipe as the form would send it, with KEY=VALUE edits (section.key=value) a user makes in the form."""
     recipe = yaml.safe_load(path.read_text())
@@ -206,11 +265,14 @@ def chat_once(client, token: str, keys: list[str], max_tokens: int) -> dict:
 
 
 def copy_logs(data_root: Path, logs: Path) -> None:
-    """Every job's log (runs, evaluations, comparisons, exports, model servers) under LOGS/jobs/, no weights."""
+    """Every job's log (runs, evaluations, comparisons, exports, model servers) under LOGS/jobs/, no weights, no
+    model or compile caches."""
     dest = logs / "jobs"
     for path in data_root.rglob("*"):
+        parts = path.relative_to(data_root).parts
         if path.is_file() and (path.suffix in (".log", ".txt", ".jsonl") or path.name.endswith(".json")) \
-                and path.stat().st_size < 20_000_000 and "hf" not in path.relative_to(data_root).parts[:1]:
+                and path.stat().st_size < 20_000_000 and parts[:1] != ("hf",) \
+                and parts[:2] not in (("cache", "compile"), ("cache", "models")):
             target = dest / path.relative_to(data_root)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, target)
@@ -256,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _drive(rec: Recorder, app: App, token: str, ctx: dict, args, skip: set[str], backends: list[str]) -> None:
+    gpu_root = app.data_root if args.gpu else None  # where the GPU steps' GpuWatch reads the share registry
     rec.step("app_start", "bash scripts/start.sh", app.start)
     def connect():
         ctx["client"] = client_for(app.url)
@@ -322,7 +385,7 @@ def _drive(rec: Recorder, app: App, token: str, ctx: dict, args, skip: set[str],
             return {"run_state_when_asked": before, "run_state_after": status()["state"], **reply}
 
         rec.step("chat_beside_training", "/chat_targets, /chat (vLLM, the run's SFT adapter) while the run trains",
-                 chat_beside_training, "stop_resume")
+                 watched(gpu_root, chat_beside_training), "stop_resume")
 
     def finish():
         info = wait_for("the run finished", status, lambda s: s["state"] in FINAL_STATES and s["state"] != "stopped"
@@ -413,7 +476,7 @@ def _drive(rec: Recorder, app: App, token: str, ctx: dict, args, skip: set[str],
 
         def eval_step(backend: str) -> None:
             rec.step(f"eval_{backend}", f"/eval_checkpoints, /eval_start (base, sft, grpo; {backend}), /eval_status",
-                     evaluate(backend), "train_finish")
+                     watched(gpu_root, evaluate(backend)), "train_finish")
 
         eval_step(backends[0])
 
@@ -428,7 +491,8 @@ def _drive(rec: Recorder, app: App, token: str, ctx: dict, args, skip: set[str],
                 raise StepFailed(f"the comparison ended {state.get('state')!r}: {str(state)[:600]}")
             return {k: v for k, v in state.items() if k in ("id", "state", "result", "steps")}
 
-        rec.step("compare", "/compare_start (GRPO vs more SFT), /compare_status until finished", compare, "connect")
+        rec.step("compare", "/compare_start (GRPO vs more SFT), /compare_status until finished",
+                 watched(gpu_root, compare), "connect")
 
     # the slower backends last: what a short lease cuts off is the reference, not the product's path
     for backend in backends[1:] if "eval" not in skip else []:

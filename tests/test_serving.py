@@ -397,6 +397,12 @@ def test_vllm_chat_server_is_shaped_for_chat_and_caches_its_compilation_on_the_d
     monkeypatch.setattr(backends, "vllm_has_engine_arg", lambda name: False)  # a vLLM without --stream-interval
     server = backends.vllm_server("assets/tiny", {"sft": tmp_path / "sft"}, gpu_memory_utilization=0.07)
     assert server.stages == backends.VLLM_STAGES
+    # the engine process forked from the API server (vllm serve's CLI would spawn it: torch and vLLM imported
+    # twice), its process group on the loopback address, the compile caches as every other engine's
+    assert server.env["VLLM_WORKER_MULTIPROC_METHOD"] == "fork" and server.env["VLLM_HOST_IP"] == "127.0.0.1"
+    assert server.env["VLLM_CACHE_ROOT"] == env["VLLM_CACHE_ROOT"]
+    # its whole log on the data root, beside the caches, where the owner reads it after a restart
+    assert server.log_file.parent == tmp_path / "data" / "cache" / "server_logs"
     assert ServerPool()._new_server(ChatTarget(VLLM, "assets/tiny", str(tmp_path / "sft"))).warm_up is not None
     assert "--stream-interval" not in server.command
     assert server.command[server.command.index("--max-model-len") + 1] == "1024"  # the tiny model's own length
@@ -418,3 +424,19 @@ def test_vllm_options_are_read_from_the_installed_vllm_source(tmp_path, monkeypa
     importlib.invalidate_caches()
     assert vllm_has_engine_arg("stream_interval") and vllm_has_engine_arg("max_num_seqs")
     assert not vllm_has_engine_arg("no_such_option") and not vllm_has_engine_arg("interval")
+
+
+def test_server_logs_stay_on_the_data_root_and_only_the_newest_are_kept(tmp_path, monkeypatch):
+    from grpo_playground.serving import process
+
+    monkeypatch.setenv("GRPO_PLAYGROUND_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "cache" / "server_logs"
+    folder.mkdir(parents=True)
+    for i in range(process.KEPT_SERVER_LOGS + 5):  # older servers' logs (and a vLLM server's chat template)
+        (folder / f"20000101-0000{i:02d}-x.log").write_text("old")
+    (folder / "20000101-000000-x.jinja").write_text("{{ messages }}")
+    log = process.new_log_file()
+    logs = sorted(folder.glob("*.log"))
+    assert log in logs and len(logs) == process.KEPT_SERVER_LOGS + 1  # the kept ones, then the new one
+    assert not (folder / "20000101-000000-x.log").exists() and not (folder / "20000101-000000-x.jinja").exists()
+    assert (folder / f"20000101-0000{process.KEPT_SERVER_LOGS + 4:02d}-x.log").exists()

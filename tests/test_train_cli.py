@@ -271,3 +271,22 @@ def test_the_job_reads_the_recipe_the_app_saved_and_does_not_write_it_again(tmp_
     assert done.returncode == 0, done.stderr[-2000:]
     assert read_status(run_dir)["state"] == "finished"
     assert recipe.read_text() == before
+
+
+def test_a_grpo_job_with_vllm_rollouts_compiles_into_the_apps_cache(tmp_path, monkeypatch):
+    """Its engine's compile caches and vLLM's model-info are the chat servers' and evaluations' (on a Space, the
+    data root): what training compiled or inspected is not done again by the first chat or a resumed job."""
+    from grpo_playground.serving.backends import COMPILE_CACHES
+    from grpo_playground.training import backend
+
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # load_policy sets variables: none outlives the test
+    os.environ["GRPO_PLAYGROUND_CACHE"] = str(tmp_path / "cache")
+    for name in COMPILE_CACHES:
+        os.environ.pop(name, None)
+    cfg = load_recipe(RECIPE)
+    backend.load_policy(cfg, "grpo")  # no vLLM on this machine: nothing is set
+    assert not any(name in os.environ for name in COMPILE_CACHES)
+    monkeypatch.setattr(backend, "vllm_rollouts", lambda cfg: True)  # as on a GPU machine with vLLM
+    assert backend.load_policy(cfg, "grpo").rollouts == "vllm"
+    assert os.environ["VLLM_CACHE_ROOT"] == str(tmp_path / "cache" / "compile" / "vllm")
+    assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "cache" / "compile" / "triton")

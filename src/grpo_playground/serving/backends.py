@@ -135,20 +135,37 @@ def run_chat_template(adapter_dir: str | Path, out_file: Path) -> Path | None:
     return out_file
 
 
-def vllm_env() -> dict[str, str]:
-    """Environment for a vLLM server or engine: runtime LoRA loading (the app hot-loads new checkpoints); vLLM's
-    PyTorch sampler where FlashInfer is not installed (its FlashInfer sampler would fail to import); and the compile
-    caches (vLLM's torch.compile graphs, Inductor's and Triton's kernels) in the app's cache folder, which
-    scripts/start.sh puts on the Space's persistent data root: a restarted Space loads them instead of compiling
-    again (by default they live under ~ and /tmp, which a restart empties). Variables already set are kept."""
+def compile_cache_env() -> dict[str, str]:
+    """The compile caches (vLLM's torch.compile graphs and model-info, Inductor's and Triton's kernels) in the app's
+    cache folder, which scripts/start.sh puts on the Space's persistent data root: one set for every vLLM engine
+    the product starts (training rollouts, evaluations, chat servers), so a restarted Space, a resumed job and the
+    first chat after training load what an earlier engine compiled or inspected (by default they live under ~ and
+    /tmp, which a restart empties; vLLM's model-info inspection alone took 28 s of a fresh chat server's start on
+    the H200). Variables already set are kept."""
     from grpo_playground.models.loading import cache_dir
 
     caches = cache_dir() / "compile"
-    env = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
-           **{name: os.environ.get(name) or str(caches / folder) for name, folder in COMPILE_CACHES.items()}}
+    return {name: os.environ.get(name) or str(caches / folder) for name, folder in COMPILE_CACHES.items()}
+
+
+def vllm_env() -> dict[str, str]:
+    """Environment for a vLLM server or engine: runtime LoRA loading (the app hot-loads new checkpoints); vLLM's
+    PyTorch sampler where FlashInfer is not installed (its FlashInfer sampler would fail to import); and the
+    compile caches of compile_cache_env()."""
+    env = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", **compile_cache_env()}
     if importlib.util.find_spec("flashinfer") is None:
         env["VLLM_USE_FLASHINFER_SAMPLER"] = "0"
     return env
+
+
+def vllm_server_env() -> dict[str, str]:
+    """vllm_env() for `vllm serve`, which otherwise spawns its engine process (its CLI forces `spawn`): that
+    process imported torch and vLLM again, 19-22 s of every start on the H200 (results/gpu/vllm_chat.server.log).
+    Forked, it inherits them; vLLM itself falls back to spawn, saying so in the log, if CUDA is already
+    initialized in the API server. One GPU, one host: the engine's process group binds to the loopback address
+    (no reverse lookup of the machine's address, which an offline machine cannot answer)."""
+    return {**vllm_env(), "VLLM_WORKER_MULTIPROC_METHOD": "fork", "VLLM_HOST_IP": "127.0.0.1",
+            "TOKENIZERS_PARALLELISM": "false"}  # no tokenizer threads across the fork
 
 
 def vllm_has_engine_arg(name: str) -> bool:
@@ -253,7 +270,7 @@ def vllm_server(base: str, loras: dict[str, str | Path], log_file: Path | None =
     if reason:
         raise BackendUnavailable(reason)
     port = free_port()
-    server = ManagedServer(VLLM, [], port, "/health", startup_timeout_s=900.0, env=vllm_env(),
+    server = ManagedServer(VLLM, [], port, "/health", startup_timeout_s=900.0, env=vllm_server_env(),
                            keep_secrets=("HF_TOKEN",),  # a gated or private base may still need downloading
                            stages=VLLM_STAGES, **({"log_file": Path(log_file)} if log_file else {}))
     first_adapter = next(iter(loras.values()), None)

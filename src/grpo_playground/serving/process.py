@@ -47,8 +47,20 @@ def log_stage(path: Path, stages: tuple[tuple[str, str], ...]) -> str | None:
     return words if position >= 0 else None
 
 
+KEPT_SERVER_LOGS = 30  # the newest servers' logs (at most three run at once)
+
+
 def new_log_file() -> Path:
-    handle, path = tempfile.mkstemp(prefix="grpo-server-", suffix=".log")
+    """A new server's whole log, in the app's cache folder (on a Space, the persistent data root): the owner can
+    still read why a server failed or what its start cost after the Space restarted."""
+    from grpo_playground.models.loading import cache_dir
+
+    folder = cache_dir() / "server_logs"
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in sorted(folder.glob("*.log"))[:-KEPT_SERVER_LOGS]:  # names sort by start time
+        for path in (stale, stale.with_suffix(".jinja")):  # the chat template written beside a vLLM server's log
+            path.unlink(missing_ok=True)
+    handle, path = tempfile.mkstemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), suffix=".log", dir=folder)
     os.close(handle)
     return Path(path)
 

@@ -10,6 +10,7 @@ adapter, with the adapter disabled (the base model).
 from __future__ import annotations
 
 import importlib.util
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,11 @@ def load_policy(cfg: RunConfig, stage: str, start_adapter: Path | None = None) -
     if base.source == "adapter":
         start_adapter = start_adapter or Path(base.location)
         base = base.base
+    if stage == "grpo" and vllm_rollouts(cfg):  # before Unsloth's fast_inference starts its engine in the load
+        from grpo_playground.serving.backends import compile_cache_env
+
+        for key, value in compile_cache_env().items():  # shared with the chat servers and evaluations
+            os.environ.setdefault(key, value)
     if choose_backend(cfg) == "unsloth":
         policy = _load_unsloth(cfg, stage, base, start_adapter)
     else:
