@@ -95,7 +95,10 @@ def job_then_chat(work: Path, base: str, report: dict, timeout_s: float) -> None
     pool = ServerPool()
     try:
         deadline = time.monotonic() + timeout_s
-        while not gpu_share.holders(gpu_share.JOB) and proc.poll() is None and time.monotonic() < deadline:
+        # asked for once the job steps (its engine up, its memory rising and falling each step): as the Space end
+        # to end did when a chat server crashed with "-5.39 GiB" of KV cache before --kv-cache-memory-bytes
+        while (not gpu_share.holders(gpu_share.JOB) or job_outcome(run_dir)["metric_rows"] < 1) \
+                and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(1)
         report["job_record"] = gpu_share.holders(gpu_share.JOB)
         report["smi_job_only"] = smi()

@@ -403,6 +403,16 @@ def test_vllm_chat_server_is_shaped_for_chat_and_caches_its_compilation_on_the_d
     assert server.env["VLLM_CACHE_ROOT"] == env["VLLM_CACHE_ROOT"]
     # its whole log on the data root, beside the caches, where the owner reads it after a restart
     assert server.log_file.parent == tmp_path / "data" / "cache" / "server_logs"
+    assert "--kv-cache-memory-bytes" not in server.command  # this vLLM would not know the flag
+    # a vLLM that knows it gets a fixed KV cache for CHAT_MAX_SEQS chats, not one profiled beside a growing job
+    monkeypatch.setattr(backends, "vllm_has_engine_arg", lambda name: True)
+    command = backends.vllm_server("assets/tiny", {}, gpu_memory_utilization=0.07).command
+    config = backends.base_config("assets/tiny")
+    kv = int(command[command.index("--kv-cache-memory-bytes") + 1])
+    assert kv == backends.chat_kv_cache_bytes(config) == 2 * backends.CHAT_MAX_SEQS * backends.CHAT_TOKENS_PER_SEQ \
+        * 2 * config["num_hidden_layers"] * config["num_key_value_heads"] * 2 * (
+            config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"])
+    assert kv < backends.chat_need_bytes(config)  # inside the share the pool sized the server by
     assert ServerPool()._new_server(ChatTarget(VLLM, "assets/tiny", str(tmp_path / "sft"))).warm_up is not None
     assert "--stream-interval" not in server.command
     assert server.command[server.command.index("--max-model-len") + 1] == "1024"  # the tiny model's own length

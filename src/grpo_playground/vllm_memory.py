@@ -38,10 +38,14 @@ def weight_bytes(shape: dict, four_bit: bool = False) -> float:
     return shape["embedding_params"] * 2 + shape["linear_params"] * (NF4_BYTES_PER_PARAM if four_bit else 2)
 
 
+def kv_cache_bytes(shape: dict, rows: int, tokens_per_row: int) -> int:
+    """The KV cache the formula above budgets: twice `rows` sequences of `tokens_per_row` tokens."""
+    return 2 * shape["kv_bytes_per_token"] * rows * tokens_per_row
+
+
 def engine_bytes(shape: dict, rows: int, tokens_per_row: int, four_bit: bool = False) -> int:
     """What a vLLM engine holds for `rows` sequences of `tokens_per_row` tokens (the formula above)."""
-    kv = shape["kv_bytes_per_token"] * rows * tokens_per_row
-    return int(1.2 * weight_bytes(shape, four_bit) + 2 * kv + FIXED_OVERHEAD_BYTES)
+    return int(1.2 * weight_bytes(shape, four_bit) + kv_cache_bytes(shape, rows, tokens_per_row) + FIXED_OVERHEAD_BYTES)
 
 
 def memory_share(shape: dict, rows: int, tokens_per_row: int, total_bytes: int, four_bit: bool = False) -> float:

@@ -216,9 +216,23 @@ def chat_need_bytes(config: dict | None) -> int | None:
         return None
 
 
+def chat_kv_cache_bytes(config: dict | None) -> int | None:
+    """The KV cache a chat server allocates (the part of chat_need_bytes for CHAT_MAX_SEQS chats), passed to vLLM
+    as --kv-cache-memory-bytes: sized by gpu_memory_utilization alone, vLLM measures what the card gained while it
+    profiled, so a training job growing beside it left it "-5.39 GiB" of KV cache and it crashed (H200,
+    results/gpu/space_e2e/). None when the config is unknown here."""
+    from grpo_playground.vllm_memory import kv_cache_bytes, shape_from_config
+
+    try:
+        return kv_cache_bytes(shape_from_config(config), CHAT_MAX_SEQS, CHAT_TOKENS_PER_SEQ) if config else None
+    except KeyError:
+        return None
+
+
 def vllm_command(base: str, loras: dict[str, str | Path], port: int, gpu_memory_utilization: float = 0.7,
                  max_model_len: int | None = None, base_name: str = "base", chat_template: Path | None = None,
-                 extra_args: tuple[str, ...] = (), stream_interval: int | None = None) -> list[str]:
+                 extra_args: tuple[str, ...] = (), stream_interval: int | None = None,
+                 kv_cache_memory_bytes: int | None = None) -> list[str]:
     """`vllm serve BASE --enable-lora --lora-modules name=PATH ...` run by this Python (no `vllm` script needed):
     each adapter is served by name, on top of the unmerged base weights; more can be hot-loaded later (see
     client.load_lora). Shaped for chat: CHAT_MAX_SEQS sequences at once, CUDA graphs captured only for the batch
@@ -242,6 +256,8 @@ def vllm_command(base: str, loras: dict[str, str | Path], port: int, gpu_memory_
                "--compilation-config", json.dumps({"cudagraph_capture_sizes": list(CHAT_CAPTURE_SIZES)})]
     if stream_interval and stream_interval > 1:
         command += ["--stream-interval", str(stream_interval)]
+    if kv_cache_memory_bytes:  # a fixed KV cache: no memory profiling that counts other processes' growth
+        command += ["--kv-cache-memory-bytes", str(kv_cache_memory_bytes)]
     if chat_template:  # one template per server: the base and every adapter are prompted alike
         command += ["--chat-template", str(chat_template)]
     if max_model_len:  # default: the context length in the model's config
@@ -275,7 +291,10 @@ def vllm_server(base: str, loras: dict[str, str | Path], log_file: Path | None =
                            stages=VLLM_STAGES, **({"log_file": Path(log_file)} if log_file else {}))
     first_adapter = next(iter(loras.values()), None)
     template = run_chat_template(first_adapter, server.log_file.with_suffix(".jinja")) if first_adapter else None
-    kwargs.setdefault("max_model_len", chat_max_model_len(base_config(base)))
+    config = base_config(base)
+    kwargs.setdefault("max_model_len", chat_max_model_len(config))
+    kwargs.setdefault("kv_cache_memory_bytes", chat_kv_cache_bytes(config)
+                      if vllm_has_engine_arg("kv_cache_memory_bytes") else None)
     kwargs.setdefault("stream_interval", CHAT_STREAM_INTERVAL if vllm_has_engine_arg("stream_interval") else None)
     server.command = vllm_command(base, loras, port, gpu_memory_utilization, chat_template=template, **kwargs)
     return server
