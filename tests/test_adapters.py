@@ -143,7 +143,9 @@ def test_generator_source_levels_and_solutions():
     assert len(result.examples) == 20 and result.skipped == {}
     assert {e["level"] for e in result.examples} <= {1, 2}
     for example in result.examples:
-        assert example["completion"][0]["content"].endswith(f"<SOLUTION>{example['answer']}</SOLUTION>")
+        answer = example["answer"]  # the SFT text ends the reasoning with tiny's pretraining cue
+        assert example["completion"][0]["content"].endswith(
+            f"\nThe answer is {answer}.<end_working_out><SOLUTION>{answer}</SOLUTION>")
     # same seed, same problems; the other split shares none of them
     again = load_examples("generator:test?levels=1-2", n=20, seed=3)
     assert [e["problem"] for e in again.examples] == [e["problem"] for e in result.examples]

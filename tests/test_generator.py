@@ -73,10 +73,12 @@ def test_harder_levels_have_longer_solutions():
 def test_format_solution_uses_the_given_tags():
     p = generate_problems(1, "train", seed=0)[0]
     text = format_solution(p)
-    assert text.startswith("<start_working_out>") and text.endswith(f"<SOLUTION>{p.answer}</SOLUTION>")
-    assert p.solution_steps[-1] in text and text.count("<end_working_out>") == 1
+    # the reasoning ends with tiny's pretraining cue, so SFT teaches the copy into <SOLUTION> (tiny_copy_rate.md)
+    steps = "\n".join(p.solution_steps)
+    cue = f"The answer is {p.answer}."
+    assert text == f"<start_working_out>{steps}\n{cue}<end_working_out><SOLUTION>{p.answer}</SOLUTION>"
     custom = format_solution(p, Tags("<think>", "</think>", "<answer>", "</answer>"))
-    assert custom.startswith("<think>") and custom.endswith(f"</think><answer>{p.answer}</answer>")
+    assert custom == f"<think>{steps}\n{cue}</think><answer>{p.answer}</answer>"
     assert plain_solution(p).endswith(f"The answer is {p.answer}.") and "<" not in plain_solution(p)
 
 

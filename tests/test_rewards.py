@@ -136,6 +136,26 @@ def test_check_numbers(text, gold, expected):
     assert score(check_numbers, text, gold) == expected
 
 
+def test_the_generators_sft_text_scores_as_the_recipe_says():
+    # format_solution ends the reasoning with "The answer is N." (results/tiny_copy_rate.md): the rewards read only
+    # what follows the reasoning end, so that cue is never mistaken for the answer, right or wrong.
+    from grpo_playground.data.generator import format_solution, generate_problems
+
+    seed_four = ("match_format_exactly", "match_format_approximately", "check_answer", "check_numbers")
+    custom = Tags("<think>", "</think>", "<answer>", "</answer>")  # the tags are configurable: the same scores
+    for p in generate_problems(20, "train", seed=0):
+        for tags in (Tags(), custom):
+            text = format_solution(p, tags)
+            assert text.endswith(f"\nThe answer is {p.answer}.{tags.reasoning_end}{tags.solution_start}{p.answer}"
+                                 f"{tags.solution_end}")
+            assert [score(REWARDS[name].factory(tags), text, p.answer) for name in seed_four] == [1.0, 1.5, 5.0, 3.5]
+    cue = "<start_working_out>6 x 7 = 42\nThe answer is {}.<end_working_out>"
+    assert [score(f, cue.format(42) + S + "41" + E) for f in (check_answer, check_numbers)] == [2.0, -1.5]
+    assert [score(f, cue.format(41) + S + "42" + E) for f in (check_answer, check_numbers)] == [5.0, 3.5]
+    truncated = cue.format(42) + S  # cut before the answer: the cue earns nothing
+    assert [score(f, truncated) for f in (match_format_exactly, check_answer, check_numbers)] == [0.0, -2.0, -2.5]
+
+
 def test_plain_strings_and_chat_format_score_the_same():
     texts = [row[0] for row in CHECK_ANSWER]
     golds = [row[1] for row in CHECK_ANSWER]

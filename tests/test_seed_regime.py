@@ -125,7 +125,10 @@ def test_pilot_slice_and_second_held_out_set_are_kept_out_of_w_and_a(tmp_path):
     assert (sets["answers"], sets["pilot"], sets["held_out"]) == (20, 6, 8)
     pilot = [r["prompt"] for r in rows(tmp_path / "data" / "pilot.jsonl")]
     answers = [r["prompt"] for r in rows(tmp_path / "data" / "answers.jsonl")]
-    worked = [r["problem"] for r in rows(tmp_path / "data" / "worked.jsonl")]
+    worked_rows = rows(tmp_path / "data" / "worked.jsonl")
+    worked = [r["problem"] for r in worked_rows]
+    # the generator's W ends each reasoning with tiny's pretraining cue (results/tiny_copy_rate.md)
+    assert all(r["generated_solution"].endswith(f"\nThe answer is {r['expected_answer']}.") for r in worked_rows)
     second = [e["problem"] for e in load_examples("generator:train?levels=1", n=3).examples]
     assert pilot == [json.loads(line)["question"] for line in (tmp_path / "train.jsonl").open()][:6]
     assert not set(pilot) & set(answers) and not set(second) & set(worked)  # the 2nd held-out set is the generator's

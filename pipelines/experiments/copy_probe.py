@@ -1,6 +1,7 @@
-"""Why `tiny` does not copy its result into <SOLUTION> after sft-W (issue 20, item 4): SFT on the 200 worked
-problems of the seed regime as they are, and with each reasoning ending in tiny's pretraining sentence
-`The answer is N.`, then the copy rate on held-out prompts (seed_regime.copy_rate).
+"""How often `tiny` copies its result into <SOLUTION> after sft-W (issue 20, item 4): SFT on the seed regime's 200
+worked problems, then the copy rate on held-out prompts (seed_regime.copy_rate). The generator's worked solutions
+now end their reasoning with tiny's pretraining sentence `The answer is N.`, which is what makes the copy happen
+(results/tiny_copy_rate.md: 3% copied without it, 90% with it).
 
     OMP_NUM_THREADS=1 python -m pipelines.experiments.copy_probe [STEPS] [WORK]   # 120, /tmp/copy_probe
 """
@@ -25,24 +26,23 @@ def main(argv: list[str]) -> int:
     args = seed_regime.parse_args(["--worked", "generator:train?levels=1-2", "--answers", "generator:train?levels=1-2",
                                    "--eval-data", HELD_OUT, "--n-answers", "10", "--n-eval", "200"])
     seed_regime.build_sets(args, load_recipe(RECIPE), root / "data")  # the same W as the seed regime's
-    rows = [json.loads(line) for line in (root / "data" / "worked.jsonl").open()]
-    (root / "data" / "worked_answer_is.jsonl").write_text("".join(
-        json.dumps({**r, "generated_solution": r["generated_solution"] + f"\nThe answer is {r['expected_answer']}."}) + "\n"
-        for r in rows))
-    result = {}
-    for name in ("worked", "worked_answer_is"):
-        run_dir = root / f"sft_{name}_{steps}"
-        if not (run_dir / "sft").exists():
-            run(TrainArgs(RECIPE, run_dir=run_dir, stage="sft", overrides=(
-                "tracking.swanlab=disabled", "grpo.enabled=false", f"data.sft_source=openmath:{root / 'data' / (name + '.jsonl')}",
-                f"sft.max_steps={steps}", "sft.num_train_epochs=1000")).command(), root / f"sft_{name}_{steps}.log")
-        out = root / f"eval_{name}_{steps}.json"
-        if not out.exists():
-            run(EvalArgs((str(run_dir / "sft"),), HELD_OUT, 200, 64, 200, out=(out,)).command(), out.with_suffix(".log"))
-        e = json.loads(out.read_text())
-        result[name] = {"steps": steps, "format_rate": e["format_rate"], "accuracy": e["accuracy"],
-                        "accuracy_se": e["accuracy_se"], "copy": seed_regime.copy_rate(e["completions"])}
-        print(name, json.dumps(result[name]), flush=True)
+    worked = root / "data" / "worked.jsonl"
+    # build_sets reads an existing W back: one written before the generator's cue would measure the old format
+    if not all(r["generated_solution"].endswith(f"The answer is {r['expected_answer']}.")
+               for r in map(json.loads, worked.open())):
+        raise SystemExit(f"{worked} was written before the generator ended its reasoning with the cue: use a new WORK")
+    run_dir = root / f"sft_worked_{steps}"
+    if not (run_dir / "sft").exists():
+        run(TrainArgs(RECIPE, run_dir=run_dir, stage="sft", overrides=(
+            "tracking.swanlab=disabled", "grpo.enabled=false", f"data.sft_source=openmath:{worked}",
+            f"sft.max_steps={steps}", "sft.num_train_epochs=1000")).command(), root / f"sft_worked_{steps}.log")
+    out = root / f"eval_worked_{steps}.json"
+    if not out.exists():
+        run(EvalArgs((str(run_dir / "sft"),), HELD_OUT, 200, 64, 200, out=(out,)).command(), out.with_suffix(".log"))
+    e = json.loads(out.read_text())
+    result = {"steps": steps, "format_rate": e["format_rate"], "accuracy": e["accuracy"],
+              "accuracy_se": e["accuracy_se"], "copy": seed_regime.copy_rate(e["completions"])}
+    print(json.dumps(result), flush=True)
     (root / f"copy_probe_{steps}.json").write_text(json.dumps(result, indent=1))
     return 0
 

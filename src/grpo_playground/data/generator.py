@@ -432,8 +432,11 @@ def generate_problems(
 
 
 def format_solution(problem: Problem, tags: Tags = DEFAULT_TAGS) -> str:
-    """The recipe's target text: `<start_working_out>steps<end_working_out><SOLUTION>answer</SOLUTION>`."""
-    return format_completion("\n".join(problem.solution_steps), problem.answer, tags)
+    """The recipe's SFT target: `<start_working_out>steps\\nThe answer is N.<end_working_out><SOLUTION>N</SOLUTION>`.
+
+    The reasoning ends with tiny's pretraining cue so the model copies its own result into <SOLUTION>:
+    without it, 120 SFT steps on 200 such problems copied 3% of the time, with it 90% (results/tiny_copy_rate.md)."""
+    return format_completion(plain_solution(problem), problem.answer, tags)
 
 
 def plain_solution(problem: Problem) -> str:
