@@ -38,6 +38,11 @@ background() {  # NAME COMMAND...: run in its own session (survives the call), l
   setsid nohup bash -c "$*; echo exit \$? > $W/$name.done" > $W/$name.log 2>&1 < /dev/null &
   echo "started $name in the background (log $W/$name.log)"
 }
+started() {  # NAME...: whether one of these background jobs was started on this machine; a machine given back
+  # between two calls comes back bare, and waiting WAIT_S for a job it never ran burns the call's device time
+  local n; for n in "$@"; do [ -f $W/$n.log ] && return 0; done
+  echo "none of '$*' was started on this machine (given back between calls?): start them again"; return 1
+}
 progress() {  # the newest run's last log lines (under $W/${1:-speed})
   local log; log=$(ls -t $W/${1:-speed}/runs/*/log.txt 2>/dev/null | head -1)
   [ -n "$log" ] && echo "$(date +%H:%M:%S) $(basename $(dirname $log)): $(grep -c 'grpo step' $log) steps logged; $(tail -1 $log | cut -c1-160)"
@@ -57,6 +62,7 @@ for p in ('transformers','trl','peft','accelerate','datasets','bitsandbytes','un
     speed) background speed "while [ ! -f $W/speed-base.done ]; do sleep 2; done; $B suite speed --gpus 0 --out $W/speed --timeout 330 --deadline ${SPEED_S:-1200}" ;;
     vllm-smoke) timeout 240 python3 -m benchmarks.vllm_smoke > $W/vllm_smoke.log 2>&1; tail -4 $W/vllm_smoke.log ;;
     wait-speed)
+      started speed || continue
       end=$(( $(date +%s) + ${WAIT_S:-500} ))
       while [ ! -f $W/speed.done ] && [ $(date +%s) -lt $end ]; do progress; sleep 20; done
       [ -f $W/speed.done ] && { echo "speed suite done: $(cat $W/speed.done)"; tail -3 $W/speed.log; } ;;
@@ -78,6 +84,7 @@ for p in ('transformers','trl','peft','accelerate','datasets','bitsandbytes','un
       $B models --out $W/models --shapes qwen3-8b-shape; \
       $B suite targets-8b --models $W/models --gpus 0 --out $G --timeout 600 --deadline ${SPEED8_S:-1800}" ;;
     wait-grpo-speed)
+      started grpo-speed grpo-speed-8b || continue
       end=$(( $(date +%s) + ${WAIT_S:-500} ))
       while { [ -f $W/grpo-speed.log ] && [ ! -f $W/grpo-speed.done ]; } || { [ -f $W/grpo-speed-8b.log ] && \
           [ ! -f $W/grpo-speed-8b.done ]; }; do
@@ -100,6 +107,7 @@ for p in ('transformers','trl','peft','accelerate','datasets','bitsandbytes','un
         --gpu --recipe recipes/smollm2.yaml ${E2E_ARGS:-} --data-root $W/space_data --out $W/space_e2e.json \
         --logs $W/space_e2e > $W/space-e2e.log 2>&1; echo e2e exit \$?" ;;
     wait-proofs)
+      started gpu-proofs || continue
       end=$(( $(date +%s) + ${WAIT_S:-500} ))
       while [ ! -f $W/gpu-proofs.done ] && [ $(date +%s) -lt $end ]; do
         echo "$(date +%H:%M:%S) chat proof: $(tail -1 $W/vllm_chat.log 2>/dev/null | cut -c1-150) | e2e: $(grep '^\[e2e\]' $W/space-e2e.log 2>/dev/null | tail -1 | cut -c1-200)"
@@ -107,6 +115,7 @@ for p in ('transformers','trl','peft','accelerate','datasets','bitsandbytes','un
       done
       cat $W/gpu-proofs.log; tail -30 $W/vllm_chat.log; grep '^\[e2e\]' $W/space-e2e.log | cut -c1-400 ;;
     wait-e2e)
+      started space-e2e || continue
       end=$(( $(date +%s) + ${WAIT_S:-500} ))
       while [ ! -f $W/space-e2e.done ] && [ $(date +%s) -lt $end ]; do
         echo "$(date +%H:%M:%S) $(grep '^\[e2e\]' $W/space-e2e.log | tail -1 | cut -c1-220)"; sleep 15
@@ -131,6 +140,7 @@ Path; carried_sft_w(Path('$G'), open('.carry/lease1/sft_w.sha256').read().strip(
       background gsm8k-lease2 "$SEEDG $PILOTS --sft-w-sha256 $(cat .carry/lease1/sft_w.sha256 2>/dev/null)" ;;
     wait-gsm8k)  # follows the newest gsm8k job until done or WAIT_S
       job=$(ls -t $W/gsm8k-lease*.log $W/gsm8k-sft.log 2>/dev/null | head -1); job=$(basename ${job:-none} .log)
+      started $job || continue
       end=$(( $(date +%s) + ${WAIT_S:-500} ))
       while [ ! -f $W/$job.done ] && [ $(date +%s) -lt $end ]; do
         echo "$(date +%H:%M:%S) $job $(python3 -c "import json; p=json.load(open('$G/progress.json'))['steps']; print(*[k + ':' + v['state'] for k, v in p.items()])" 2>/dev/null) | $(tail -1 $W/$job.log | cut -c1-150)"
@@ -138,6 +148,7 @@ Path; carried_sft_w(Path('$G'), open('.carry/lease1/sft_w.sha256').read().strip(
       done
       [ -f $W/$job.done ] && { echo "$job done: $(cat $W/$job.done)"; tail -40 $W/$job.log; } ;;
     wait-seed)  # follows the seed-regime job until done or WAIT_S
+      started seed-regime || continue
       end=$(( $(date +%s) + ${WAIT_S:-500} ))
       while [ ! -f $W/seed-regime.done ] && [ $(date +%s) -lt $end ]; do
         echo "$(date +%H:%M:%S) $(python3 -c "import json; p=json.load(open('$W/seed/progress.json'))['steps']; print(*[k + ':' + v['state'] for k, v in p.items()])" 2>/dev/null) | $(tail -1 $W/seed-regime.log | cut -c1-150)"
