@@ -58,15 +58,27 @@ def _close(a: dict, b: dict, **tol):
         torch.testing.assert_close(a[name], b[name], msg=name, **tol)
 
 
-def test_old_policy_forward_is_skipped_with_vllm_on_policy_and_the_loss_is_unchanged(tmp_path):
+SAMPLING_METRICS = ("sampling/sampling_logp_difference/mean", "sampling/sampling_logp_difference/max",
+                    "sampling/importance_sampling_ratio/min", "sampling/importance_sampling_ratio/mean",
+                    "sampling/importance_sampling_ratio/max")
+
+
+# every importance-sampling mode TRL 1.14.2 has, each with and without a lower bound (the made-up sampling log-probs
+# put the token ratios around 1e-4, so a 1e-4 bound masks or truncates some of them and not others)
+@pytest.mark.parametrize("mode", ["sequence_mask", "sequence_truncate", "token_mask", "token_truncate"])
+@pytest.mark.parametrize("clip_min", [None, 1e-4])
+def test_old_policy_forward_is_skipped_with_vllm_on_policy_and_the_loss_is_unchanged(tmp_path, mode, clip_min):
     from trl import GRPOTrainer
 
     model = _model()
     trainer = _trainer(model, tmp_path, logprobs="full")
+    trainer.vllm_importance_sampling_mode, trainer.vllm_importance_sampling_clip_min = mode, clip_min
     forwards = _count_forwards(model)
     assert trainer.old_logps_redundant()
 
     old = GRPOTrainer._generate_and_score_completions(trainer, list(BATCH))  # TRL's: old + reference forwards
+    metrics = trainer._metrics["train"]
+    trl_metrics = {name: metrics[name][-1] for name in SAMPLING_METRICS}
     assert forwards == [False, False]
     forwards.clear()
     new = trainer._prepare_inputs(list(BATCH))  # as training takes it: generated, shuffled, split per micro-step
@@ -81,8 +93,8 @@ def test_old_policy_forward_is_skipped_with_vllm_on_policy_and_the_loss_is_uncha
     torch.testing.assert_close(new["importance_sampling_ratio"], old["importance_sampling_ratio"][order])
     torch.testing.assert_close(loss_new, loss_old)
     _close(grads_new, grads_old)
-    metrics = trainer._metrics["train"]
-    assert metrics["sampling/importance_sampling_ratio/mean"] and metrics["sampling/sampling_logp_difference/max"]
+    for name in SAMPLING_METRICS:  # logged by the loss's forward now, as TRL logs them at generation
+        assert metrics[name][-1] == pytest.approx(trl_metrics[name], rel=1e-5, abs=1e-12), name
 
 
 def test_reference_forward_is_skipped_when_beta_is_zero(tmp_path):
