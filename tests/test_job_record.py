@@ -71,6 +71,7 @@ def test_stop_ends_the_whole_group_and_marks_the_rest_stopped(tmp_path):
 def test_a_record_whose_supervisor_died_reads_failed(tmp_path):
     record = start(tmp_path, [step("sleeps", python("import time; time.sleep(60)"))])
     assert job_state(read_record(tmp_path / "job.json")) in ("queued", "running")
+    assert wait_for(lambda: len(group_members(record["pid"])) >= 2)  # its step started (a loaded CPU is slow to)
     os.kill(record["pid"], signal.SIGKILL)  # only the supervisor: its step lives on
     assert wait_for(lambda: not is_alive(record["pid"], record["start_ticks"]))
     assert job_state(read_record(tmp_path / "job.json")) == "failed"

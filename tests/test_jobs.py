@@ -24,7 +24,7 @@ from grpo_playground.jobs import (
     group_members,
     list_runs,
     load_run,
-    queue_order,
+    queue_line,
     reconcile,
     spawn_job,
     stop_run,
@@ -155,6 +155,29 @@ def test_stop_kills_the_whole_group_after_the_grace_period(runs):
     wait_for(lambda: not group_members(info.job["pid"]), what="no orphan")
 
 
+def test_the_queue_shown_is_the_line_the_slot_is_taken_in_comparisons_included(runs):
+    """A comparison waiting for the training slot stands in the same line as the runs (the supervisors take the slot
+    first come first): the Training tab's queue and a run's queue position count it."""
+    from grpo_playground.contracts.layout import COMPARISON_JOB, COMPARISONS_DIR
+    from grpo_playground.run_layout import GPU_LOCK
+
+    holder, later = make_run(runs, "holder"), make_run(runs, "later")
+    spawn_job(holder, job(STOPS_CLEANLY) + [str(holder)])
+    wait_for(lambda: (holder / "started").exists(), what="the slot taken")
+    comparison = runs / COMPARISONS_DIR / "20000101-000000-compare-x"
+    comparison.mkdir(parents=True)
+    with open(comparison / "comparison.log", "wb") as log:  # queued behind the holder, before the later run
+        start_job(comparison / COMPARISON_JOB, "comparison", [step("arms", job("pass"))], log, job_env(),
+                  slot=runs / GPU_LOCK)
+    spawn_job(later, job(STOPS_CLEANLY) + [str(later)])
+    wait_for(lambda: state(later) == "queued", what="the later run queued")
+    assert queue_line() == ["comparison 20000101-000000-compare-x", later.name]
+    stop_run(later.name)
+    stop_run(holder.name)
+    wait_for(lambda: read_record(comparison / COMPARISON_JOB)["state"] == "finished", what="the comparison ran")
+    assert queue_line() == []
+
+
 STOPS_CLEANLY = """
 import json, pathlib, signal, sys, time
 run = pathlib.Path(sys.argv[1])
@@ -176,7 +199,7 @@ def test_queue_is_fifo_and_a_queued_job_can_be_cancelled(runs):
     spawn_job(third, job(STOPS_CLEANLY) + [str(third)])
     time.sleep(1.5)
     assert state(second) == state(third) == "queued"  # one job at a time
-    assert [i.path for i in queue_order()] == [second, third]
+    assert queue_line() == [second.name, third.name]
     stop_run(third.name)  # leaving the queue
     wait_for(lambda: state(third) == "stopped", what="queued job cancelled")
     assert load_run(third).status["reason"] == "stopped while queued"

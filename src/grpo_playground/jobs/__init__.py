@@ -20,13 +20,13 @@ from grpo_playground.jobs.control import (
 from grpo_playground.jobs.exports import export_state, start_export
 from grpo_playground.jobs.feed import JsonlTail, RunFeed, read_log_tail
 from grpo_playground.contracts.process import group_members, kill_group
-from grpo_playground.jobs.runs import RunInfo, list_runs, load_run, queue_order, reconcile
+from grpo_playground.jobs.runs import RunInfo, list_runs, load_run, queue_line, reconcile
 from grpo_playground.run_layout import ACTIVE_STATES, FINAL_STATES, run_path, runs_dir
 from grpo_playground.run_layout import JOB_STAGES as STAGES  # the stages a job runs, as the tab offers them
 
 __all__ = [
     "ACTIVE_STATES", "FINAL_STATES", "OWNER_TOKEN_ENV", "STAGES", "JsonlTail", "RunFeed", "RunInfo",
     "check_owner", "create_run", "export_state", "group_members", "kill_group", "list_runs", "load_run", "owner_token_required",
-    "queue_order", "read_log_tail", "reconcile", "resume_run", "run_path", "runs_dir", "shell_command",
+    "queue_line", "read_log_tail", "reconcile", "resume_run", "run_path", "runs_dir", "shell_command",
     "spawn_job", "start_export", "start_run", "stop_run", "train_command",
 ]

@@ -21,7 +21,7 @@ from grpo_playground.cli.args import TrainArgs
 from grpo_playground.config import RunConfig, save_recipe
 from grpo_playground.contracts.process import is_alive, kill_group
 from grpo_playground.jobs.record import start_job, step
-from grpo_playground.jobs.runs import RunInfo, compact_metrics, load_run, queue_order, reconcile, stop_grace_s
+from grpo_playground.jobs.runs import RunInfo, compact_metrics, load_run, queue_line, reconcile, stop_grace_s
 from grpo_playground.run_layout import (
     ACTIVE_STATES,
     GPU_LOCK,
@@ -92,10 +92,10 @@ def spawn_job(run_dir: Path, command: list[str], stage: str = "all") -> RunInfo:
 
 
 def _check_queue_room() -> None:
-    waiting = queue_order()
+    waiting = queue_line()
     if len(waiting) >= MAX_QUEUED:
         raise RuntimeError(f"{len(waiting)} jobs are already waiting for the training slot: stop one of them "
-                           f"({', '.join(i.run_id for i in waiting[:3])}, ...) or wait")
+                           f"({', '.join(waiting[:3])}, ...) or wait")
 
 
 def start_run(config: RunConfig, stage: str = "all", token: str | None = None, name: str | None = None) -> RunInfo:

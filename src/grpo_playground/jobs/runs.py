@@ -14,7 +14,8 @@ from pathlib import Path
 
 from grpo_playground.contracts.metrics import decode_record
 from grpo_playground.contracts.process import group_members, is_alive
-from grpo_playground.jobs.record import START_TIMEOUT_S
+from grpo_playground.contracts.layout import COMPARISON_JOB
+from grpo_playground.jobs.record import START_TIMEOUT_S, slot_queue
 from grpo_playground.run_layout import (
     ACTIVE_STATES,
     JOB_FILE,
@@ -131,8 +132,9 @@ def list_runs() -> list[RunInfo]:
     return sorted(infos, key=lambda i: i.run_id, reverse=True)  # ids start with their creation time
 
 
-def queue_order(infos: list[RunInfo] | None = None) -> list[RunInfo]:
-    """Runs waiting for the training slot, first in line first (survives app restarts: it is on disk).
-    `infos`: a fresh list_runs() the caller already has."""
-    waiting = [i for i in (list_runs() if infos is None else infos) if i.state == "queued" and i.processes_alive()]
-    return sorted(waiting, key=lambda i: (i.job.get("started") or 0, i.run_id))
+def queue_line() -> list[str]:
+    """Who waits for the training slot, first in line first, in the order the supervisors take it (record.slot_queue:
+    training runs and comparisons alike, on disk, so it survives app restarts): a run by its id, a comparison as
+    'comparison ID'."""
+    return [f"comparison {path.parent.name}" if path.name == COMPARISON_JOB else path.parent.name
+            for path in slot_queue(runs_dir())]

@@ -40,7 +40,7 @@ def run_summary(run_id: str) -> dict:
     info = jobs.reconcile(jobs.load_run(jobs.run_path(run_id)))
     feed = jobs.RunFeed(info.path)
     feed.poll()
-    queue = [i.run_id for i in jobs.queue_order()]
+    queue = jobs.queue_line()
     return {"run_id": info.run_id, "state": info.state, "status": info.status, "pgid": info.job.get("pid"),
             "command": info.job.get("meta", {}).get("command"), "metrics": len(feed.metrics),
             "last_metrics": feed.metrics[-1] if feed.metrics else None,

@@ -201,7 +201,7 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
         tick.run_pick = gr.update(choices=ids)
     if history_changed:
         tick.history = run_views.history_table(infos)
-    queue = [i.run_id for i in jobs.queue_order(infos)]
+    queue = jobs.queue_line()  # comparisons waiting for the slot too, in the order the slot is taken
     tick.queue = ("Queue (one training job at a time): " + ", ".join(queue)) if queue else "Queue: empty"
     comparison = running_comparison()
     if comparison and comparison_state(comparison)["state"] == "running":  # its arms train in the same slot
