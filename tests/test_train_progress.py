@@ -70,3 +70,15 @@ def test_help_says_what_each_stage_does_and_every_key_set_takes():
     missing = [f"{section}.{f.name}" for section, cls in SECTIONS.items() for f in fields(cls)
                if f"{section}.{f.name}" not in text]
     assert missing == [], missing
+
+
+def test_the_eta_of_a_stage_a_time_budget_ends_is_what_is_left_of_the_budget():
+    from grpo_playground.training.progress import eta_seconds
+
+    # 40 steps in 300 s of a 10-minute budget, 10^6 steps asked for (the seed regime's arms): 300 s left, not 1700 h
+    assert eta_seconds(40, 1_000_000, 0, started=1000.0, now=1300.0, budget_s=600) == 300.0
+    # steps end it first: the pace's estimate (10 steps left at 7.5 s)
+    assert eta_seconds(40, 50, 0, started=1000.0, now=1300.0, budget_s=600) == 75.0
+    assert eta_seconds(0, 1_000_000, 0, started=1000.0, now=1010.0, budget_s=600) == 590.0  # before the pace is known
+    assert eta_seconds(0, 100, 0, started=1000.0, now=1010.0) is None
+    assert eta_seconds(40, 1_000_000, 0, started=1000.0, now=1700.0, budget_s=600) == 0.0  # the budget is spent

@@ -106,11 +106,14 @@ class RunCallback(TrainerCallback):
             self._optimizer_phase.__exit__(None, None, None)
             self._optimizer_phase = None
 
+    def _eta(self, state) -> float | None:
+        return eta_seconds(state.global_step, state.max_steps, self.first_step, self.started,
+                           budget_s=self.max_minutes * 60 if self.max_minutes else None)
+
     def on_step_end(self, args, state, control, **kwargs):
         started = time.perf_counter()
         self._record_timing(state, control.should_log)
-        eta = eta_seconds(state.global_step, state.max_steps, self.first_step, self.started)
-        self.folder.status(step=state.global_step, max_steps=state.max_steps, eta_s=eta)
+        self.folder.status(step=state.global_step, max_steps=state.max_steps, eta_s=self._eta(state))
         if self.folder.stop_requested():
             self.stopped_by = "stop"
         elif self.max_minutes and time.time() - self.started >= self.max_minutes * 60:
@@ -168,8 +171,7 @@ class RunCallback(TrainerCallback):
         self.history.append(row)
         self.tracker.log_metrics(row)
         shown = " ".join(f"{k.split('/')[-1] if '/' in k else k}={_short(logs[k])}" for k in HEADLINE_KEYS if k in logs)
-        note = step_note(state.global_step, state.max_steps,
-                         eta_seconds(state.global_step, state.max_steps, self.first_step, self.started))
+        note = step_note(state.global_step, state.max_steps, self._eta(state))
         self.folder.log(f"{self.stage} step {state.global_step}/{state.max_steps} ({note}) {shown}")
         if self.recorder is not None:
             sample = self.recorder.sample(self.stage, state.global_step)

@@ -28,13 +28,18 @@ def say(line: str, file=None) -> None:
         print(line, file=file or sys.stdout, flush=True)
 
 
-def eta_seconds(step: int, max_steps: int, first_step: int, started: float, now: float | None = None) -> float | None:
-    """The time left at the pace of the steps done since `first_step` (a resumed stage counts only its own)."""
-    done = step - first_step
-    if done <= 0 or not max_steps:
-        return None
+def eta_seconds(step: int, max_steps: int, first_step: int, started: float, now: float | None = None,
+                budget_s: float | None = None) -> float | None:
+    """The time left at the pace of the steps done since `first_step` (a resumed stage counts only its own), or
+    what is left of the stage's time budget (grpo.max_minutes) when that ends it first: a budgeted run that asks
+    for 10^6 steps (the seed regime's arms) said "ETA 1719h" for a stage ending in minutes."""
     now = time.time() if now is None else now
-    return (now - started) / done * max(0, max_steps - step)
+    done = step - first_step
+    left = (now - started) / done * max(0, max_steps - step) if done > 0 and max_steps else None
+    if budget_s:
+        by_budget = max(0.0, started + budget_s - now)
+        left = by_budget if left is None else min(left, by_budget)
+    return left
 
 
 def step_note(step: int, max_steps: int, eta: float | None) -> str:
