@@ -35,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "Tom has 12 apples and buys 7 more. He gives 5 to a friend. How many apples does he have now?"
 GOLD = "14"
 FINAL_STATES = ("finished", "failed", "stopped", "paused")
-STARTING = " server starting: "  # what a chat pane shows while its model server starts (ui.chat_tab)
+# what a chat pane shows while its model server starts, or waits for another vLLM engine's start (ui.chat_tab)
+STARTING = (" server starting: ", " server waiting: ")
 
 
 class StepFailed(Exception):
@@ -244,10 +245,10 @@ def chat_once(client, token: str, keys: list[str], max_tokens: int) -> dict:
         outputs = job.outputs()
         for update in outputs[seen:]:
             texts = [text_of(pane[-1]) if pane else "" for pane in update[: len(keys)]]
-            starting = [t for t in texts if STARTING in t]  # the pane's "server starting: 42 s (stage)" line
+            starting = [t for t in texts if any(m in t for m in STARTING)]  # "server starting: 42 s (stage)"
             if starting and starting[-1][:120] not in progress[-1:]:
                 progress.append(starting[-1][:120])
-            if first is None and any(t and STARTING not in t for t in texts):
+            if first is None and any(t and not any(m in t for m in STARTING) for t in texts):
                 first = time.monotonic() - began
         seen, last = len(outputs), (outputs[-1] if outputs else last)
         if done:

@@ -413,7 +413,8 @@ def test_vllm_chat_server_is_shaped_for_chat_and_caches_its_compilation_on_the_d
         * 2 * config["num_hidden_layers"] * config["num_key_value_heads"] * 2 * (
             config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"])
     assert kv < backends.chat_need_bytes(config)  # inside the share the pool sized the server by
-    assert ServerPool()._new_server(ChatTarget(VLLM, "assets/tiny", str(tmp_path / "sft"))).warm_up is not None
+    pooled = ServerPool()._new_server(ChatTarget(VLLM, "assets/tiny", str(tmp_path / "sft")))
+    assert pooled.warm_up is not None and pooled.start_guard is not None  # warmed, and started alone on the GPU
     assert "--stream-interval" not in server.command
     assert server.command[server.command.index("--max-model-len") + 1] == "1024"  # the tiny model's own length
     assert server.command[server.command.index("--gpu-memory-utilization") + 1] == "0.07"
@@ -450,3 +451,60 @@ def test_server_logs_stay_on_the_data_root_and_only_the_newest_are_kept(tmp_path
     assert log in logs and len(logs) == process.KEPT_SERVER_LOGS + 1  # the kept ones, then the new one
     assert not (folder / "20000101-000000-x.log").exists() and not (folder / "20000101-000000-x.jinja").exists()
     assert (folder / f"20000101-0000{process.KEPT_SERVER_LOGS + 4:02d}-x.log").exists()
+
+
+def test_a_vllm_start_waits_for_another_engine_starting_on_the_gpu_and_says_so(tmp_path, monkeypatch):
+    """gpu_share.engine_start: one vLLM engine sizes its memory at a time (a chat server profiling while a GRPO job's
+    engine started crashed on the H200). A server whose start must wait shows what it waits for, then starts."""
+    import threading
+    import time
+
+    from grpo_playground import gpu_share
+
+    monkeypatch.setenv("GRPO_PLAYGROUND_CACHE", str(tmp_path / "cache"))
+    server = slow_server(tmp_path, delay=0.5)
+    server.start_guard = lambda on_wait: gpu_share.engine_start("the chat server of smollm2", on_wait)
+    other_started, release = threading.Event(), threading.Event()
+
+    def other_engine():  # e.g. a training job's rollout engine, starting first (another open of the lock file)
+        with gpu_share.engine_start("the GRPO job of run r1"):
+            other_started.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=other_engine)
+    holder.start()
+    assert other_started.wait(5)
+    starting = threading.Thread(target=server.start)
+    starting.start()
+    try:
+        time.sleep(1.5)
+        assert server.process is None  # not launched while the other engine starts
+        assert server.progress().startswith("waiting: ") and \
+            "the chat server of smollm2 waits for another vLLM engine on this GPU to finish starting" in server.progress()
+        release.set()
+        starting.join(20)
+        assert server.phase == "ready" and server.startup_s < 5  # the start itself, from its launch
+        with gpu_share.engine_start("a later engine", on_wait=lambda why: pytest.fail(why)):  # the lock is free again
+            pass
+    finally:
+        release.set()
+        holder.join(5)
+        server.stop()
+
+
+def test_an_engine_start_goes_ahead_after_its_longest_wait(tmp_path, monkeypatch):
+    import fcntl
+    import time
+
+    from grpo_playground import gpu_share
+
+    monkeypatch.setenv("GRPO_PLAYGROUND_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "cache" / "gpu_share").mkdir(parents=True)
+    fd = os.open(tmp_path / "cache" / "gpu_share" / "engine_start.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a start that never ends (a hung process still holding it)
+    said, began = [], time.monotonic()
+    with gpu_share.engine_start("the evaluation of base", said.append, timeout_s=1.0):
+        waited = time.monotonic() - began
+    os.close(fd)
+    assert 1.0 <= waited < 3 and said == ["the evaluation of base waits for another vLLM engine on this GPU to "
+                                          "finish starting"]

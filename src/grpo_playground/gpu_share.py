@@ -10,15 +10,20 @@ queries (nvidia-smi for the UI process, which never imports torch; torch.cuda.me
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
 import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 GIB = 2**30
 MARGIN_BYTES = 2 * GIB  # left free: CUDA contexts of new processes, allocator fragmentation
+ENGINE_START_WAIT_S = 600.0  # the longest an engine waits for another's start before it goes ahead
 CHAT, JOB = "chat", "job"
 
 
@@ -102,6 +107,39 @@ def claim_for_training(fixed_share: float | None, share_for, shape: dict, vocab:
     held = max(0, gpu.total - gpu.free - sum(int(c.get("bytes", 0)) for c in chats))
     record(JOB, os.getpid(), what, held + need)
     return share
+
+
+# --- one engine start at a time ---------------------------------------------------------------------------------
+@contextmanager
+def engine_start(what: str, on_wait: Callable[[str], None] | None = None,
+                 timeout_s: float = ENGINE_START_WAIT_S) -> Iterator[None]:
+    """Held while a vLLM engine starts on this GPU, from its launch until its memory is reserved. vLLM sizes what it
+    reserves from what the card gained while it profiled, so two engines starting at once (a chat server and a
+    training job's rollout engine, or an evaluation's) each count the other's growth as their own: on the H200 a
+    chat server asked for while a resumed GRPO job started its engine crashed with "-5.39 GiB" of KV cache. An
+    engine already starting is waited for (on_wait says so, once), at most timeout_s, then this one goes ahead.
+    A flock: released by the kernel when its holder dies, and taken per open file, so threads serialize too."""
+    path = registry_dir() / "engine_start.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        if not _take(fd):
+            if on_wait is not None:
+                on_wait(f"{what} waits for another vLLM engine on this GPU to finish starting")
+            deadline = time.monotonic() + timeout_s
+            while not _take(fd) and time.monotonic() < deadline:
+                time.sleep(0.5)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _take(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
 
 
 # --- what each process holds -----------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from grpo_playground.contracts.layout import EXPORT_MERGED_DIR, LORA_GGUF_SUFFIX, base_gguf_of
 from grpo_playground.eval.generation import Generation, end_of_turn_ids
+from grpo_playground.gpu_share import engine_start
 from grpo_playground.serving.backends import vllm_unavailable_reason
 from grpo_playground.serving.process import BackendUnavailable
 
@@ -134,9 +135,10 @@ class VllmBackend:
         # share sized from the model, not a fixed 0.7: on the H200 a fixed 0.7 failed when another engine held memory.
         # Eager: an evaluation is one batch, and torch.compile + CUDA-graph capture took the engine start past 105 s
         # on the H200 (results/gpu/h200_chat/eval_speed_vllm.vllm.log) for a generation of a few seconds.
-        self.llm = LLM(model=str(self.base_dir), dtype=dtype or "bfloat16", enable_lora=bool(adapters),
-                       max_lora_rank=self.max_lora_rank or 8, seed=0, enforce_eager=True,
-                       gpu_memory_utilization=eval_memory_share(self.base_dir))
+        with engine_start(f"the evaluation of {Path(model).name}", print):  # alone on the GPU while it sizes itself
+            self.llm = LLM(model=str(self.base_dir), dtype=dtype or "bfloat16", enable_lora=bool(adapters),
+                           max_lora_rank=self.max_lora_rank or 8, seed=0, enforce_eager=True,
+                           gpu_memory_utilization=eval_memory_share(self.base_dir))
 
     def _request(self, spec):
         """The LoRARequest for an adapter checkpoint (one id per adapter folder), None for the base itself."""

@@ -97,6 +97,9 @@ class ServerPool:
         loras = {"adapter0": target.lora} if target.lora else {}
         share = self._vllm_share(target)
         server = vllm_server(target.model, loras, **({"gpu_memory_utilization": share} if share else {}))
+        # no other vLLM engine (a job's, an evaluation's, another server's) starts on this GPU meanwhile
+        server.start_guard = lambda on_wait: gpu_share.engine_start(f"the chat server of {Path(target.model).name}",
+                                                                    on_wait)
         # ready only once every served model answered: Triton compiles vLLM's LoRA and sampling kernels on first
         # use (a cold adapter streamed 13 tok/s on the H200)
         server.warm_up = lambda s: warm_up(s.base_url, ["base", *loras], CHAT_MAX_SEQS)

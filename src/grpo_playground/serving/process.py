@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,8 +80,11 @@ class ManagedServer:
     log_file: Path = field(default_factory=new_log_file)
     stages: tuple[tuple[str, str], ...] = ()  # (log marker, what the server is doing then), for progress()
     warm_up: Callable[[ManagedServer], None] | None = None  # run once healthy, before start() returns
+    # held from the launch until warmed up, given a callback that says why it waits (gpu_share.engine_start)
+    start_guard: Callable[[Callable[[str], None]], AbstractContextManager] | None = None
     process: subprocess.Popen | None = None
-    phase: str = "stopped"  # stopped -> starting -> warming up -> ready
+    phase: str = "stopped"  # stopped -> (waiting ->) starting -> warming up -> ready
+    waiting_for: str = ""  # what a waiting start waits for
     started_at: float | None = None  # time.monotonic() of the last launch
     startup_s: float | None = None  # launch to ready, of the last start
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -105,6 +109,8 @@ class ManagedServer:
     def progress(self) -> str | None:
         """While the server starts: what it is doing and for how long, e.g. "starting: 42 s (capturing CUDA
         graphs)"; None once it is ready or stopped. Never waits for the start (it reads the log)."""
+        if self.phase == "waiting" and self.started_at is not None:
+            return f"waiting: {time.monotonic() - self.started_at:.0f} s ({self.waiting_for})"
         if self.phase not in ("starting", "warming up") or self.started_at is None:
             return None
         stage = "warming up the kernels" if self.phase == "warming up" else log_stage(self.log_file, self.stages)
@@ -117,24 +123,32 @@ class ManagedServer:
             if self.state() == "running" and self.phase == "ready" and self.healthy():
                 return self
             self._kill()
-            self.phase, self.started_at = "starting", time.monotonic()
-            with open(self.log_file, "ab") as log:
-                log.write(f"$ {' '.join(self.command)}\n".encode())
-                log.flush()
-                self.process = subprocess.Popen(
-                    self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    env=env_without_secrets(self.keep_secrets, **self.env), start_new_session=True,
-                )
-            try:
-                self._wait_healthy(self.started_at + self.startup_timeout_s)
-                if self.warm_up is not None:
-                    self.phase = "warming up"
-                    self.warm_up(self)
-            except BaseException:
-                self._kill()
-                raise
+            self.started_at = time.monotonic()
+            with self.start_guard(self._wait) if self.start_guard else nullcontext():
+                self._launch_and_warm_up()
             self.phase, self.startup_s = "ready", round(time.monotonic() - self.started_at, 1)
             return self
+
+    def _wait(self, why: str) -> None:
+        self.phase, self.waiting_for = "waiting", why
+
+    def _launch_and_warm_up(self) -> None:
+        self.phase, self.started_at = "starting", time.monotonic()
+        with open(self.log_file, "ab") as log:
+            log.write(f"$ {' '.join(self.command)}\n".encode())
+            log.flush()
+            self.process = subprocess.Popen(
+                self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=env_without_secrets(self.keep_secrets, **self.env), start_new_session=True,
+            )
+        try:
+            self._wait_healthy(self.started_at + self.startup_timeout_s)
+            if self.warm_up is not None:
+                self.phase = "warming up"
+                self.warm_up(self)
+        except BaseException:
+            self._kill()
+            raise
 
     def _wait_healthy(self, deadline: float) -> None:
         while time.monotonic() < deadline:

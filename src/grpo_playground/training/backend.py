@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from grpo_playground.config import RunConfig
+from grpo_playground.gpu_share import engine_start
 
 
 @dataclass
@@ -208,15 +210,17 @@ def _load_unsloth(cfg: RunConfig, stage: str, base, start_adapter: Path | None) 
 
     use_vllm = stage == "grpo" and vllm_rollouts(cfg) and not adapter_registered_tags(start_adapter)
     share = vllm_memory_share(cfg, read_config(hf_dir(base)), weights_loaded=False) if use_vllm else 0.5
-    model, tokenizer = FastLanguageModel.from_pretrained(
-        model_name=str(hf_dir(base)),
-        max_seq_length=cfg.model.max_seq_length,
-        load_in_4bit=cfg.model.load_in_4bit if stage == "grpo" else cfg.model.sft_load_in_4bit,
-        dtype=None if cfg.model.dtype == "auto" else torch_dtype(cfg),
-        fast_inference=use_vllm,
-        max_lora_rank=cfg.lora.r,
-        gpu_memory_utilization=share,
-    )
+    # its fast_inference engine starts in the load: alone on the GPU meanwhile (gpu_share.engine_start)
+    with engine_start(f"the GRPO job of run {cfg.name}", print) if use_vllm else nullcontext():
+        model, tokenizer = FastLanguageModel.from_pretrained(
+            model_name=str(hf_dir(base)),
+            max_seq_length=cfg.model.max_seq_length,
+            load_in_4bit=cfg.model.load_in_4bit if stage == "grpo" else cfg.model.sft_load_in_4bit,
+            dtype=None if cfg.model.dtype == "auto" else torch_dtype(cfg),
+            fast_inference=use_vllm,
+            max_lora_rank=cfg.lora.r,
+            gpu_memory_utilization=share,
+        )
     notes = [f"unsloth with vLLM rollouts (fast_inference, gpu_memory_utilization {share})" if use_vllm
              else "unsloth without vLLM"]
     if start_adapter is not None and (start_adapter / "tokenizer_config.json").is_file():

@@ -9,9 +9,11 @@ tokenizer in <run>/<stage>/.
 from __future__ import annotations
 
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from grpo_playground.config import RunConfig
+from grpo_playground.gpu_share import engine_start
 from grpo_playground.training.backend import Policy, resolve_optim, vllm_memory_share
 from grpo_playground.training.callbacks import RunCallback, SampleRecorder
 from grpo_playground.training.progress import terminal_progress
@@ -153,9 +155,14 @@ def run_grpo(cfg: RunConfig, folder: RunFolder, policy: Policy, tracker, history
     callback = RunCallback(folder, "grpo", tracker, history, recorder, g.max_minutes, timer)
     # TRL + PEFT: the product's trainer (no forward twice, chunked log-probs, the chosen vLLM sync); Unsloth its own
     options = dict(logprobs=g.logprobs, weight_sync=g.weight_sync) if policy.backend == "trl" else {}
-    trainer = (PlaygroundGRPOTrainer if options else GRPOTrainer)(
-        model=policy.model, reward_funcs=recorder.funcs, args=args, train_dataset=dataset,
-        processing_class=policy.tokenizer, callbacks=[callback], **options)
+    # TRL's colocated engine starts in the trainer: alone on the GPU meanwhile (a chat server starting beside it
+    # would be counted as its own growth when it sizes its KV cache)
+    starting = engine_start(f"the GRPO job of run {cfg.name}", folder.log) if args.use_vllm and policy.backend == "trl" \
+        else nullcontext()
+    with starting:
+        trainer = (PlaygroundGRPOTrainer if options else GRPOTrainer)(
+            model=policy.model, reward_funcs=recorder.funcs, args=args, train_dataset=dataset,
+            processing_class=policy.tokenizer, callbacks=[callback], **options)
     timer.wrap(trainer, "training_step", "forward_backward")  # outermost: the phases below nest inside it
     instrument_grpo(trainer, policy.backend, timer)
     return _train(trainer, folder, "grpo", resume, callback, policy)
