@@ -29,3 +29,11 @@ def test_design_warning_names_the_fix_and_clears_when_it_is_applied(page, screen
     expect(report).not_to_contain_text("keeps writing after the closing tag")
     expect(page.locator("#sandbox-table")).to_contain_text("check_answer_strict_nomatch")
     screenshot(page, "design-fixed")
+    # the long reward name does not push the last columns out of view or cut their names
+    table = page.locator("#sandbox-table").bounding_box()
+    for name in ("total", "advantage"):
+        header = page.locator("#sandbox-table th", has_text=name).first
+        box = header.bounding_box()
+        assert box["x"] + box["width"] <= table["x"] + table["width"] + 1, (name, box, table)
+        assert header.evaluate("h => [h, ...h.querySelectorAll('*')].every(e => e.scrollWidth <= e.clientWidth + 1)"), \
+            f"the {name} header is cut"

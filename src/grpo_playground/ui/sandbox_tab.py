@@ -244,8 +244,9 @@ def create_sandbox_tab() -> SandboxInputs:
                                    visible=owner_token_required(), max_length=256)
         with gr.Column(scale=3):
             report = gr.Markdown(initial[1], elem_id="sandbox-report")
+            # wrap: long reward names (check_answer_strict_nomatch) would push `total` and `advantage` out of view
             table = gr.Dataframe(initial[0]["value"], label="scores (one row per completion)", interactive=False,
-                                 elem_id="sandbox-table")
+                                 wrap=True, elem_id="sandbox-table")
             details = gr.HTML(initial[2], elem_id="sandbox-details")
             score_button = gr.Button("score", visible=False)
 
