@@ -187,7 +187,8 @@ signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
 while not stop and not (run / "stop.request").exists():
     time.sleep(0.05)
 status = json.loads((run / "status.json").read_text()); status["state"] = "stopped"
-(run / "status.json").write_text(json.dumps(status))
+(run / "status.tmp").write_text(json.dumps(status))  # atomic, as the product writes it: a reader never sees half
+(run / "status.tmp").replace(run / "status.json")
 """
 
 
