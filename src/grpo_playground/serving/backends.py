@@ -205,15 +205,23 @@ def chat_max_model_len(config: dict | None) -> int | None:
     return min(CHAT_MAX_MODEL_LEN, int(own)) if own else None
 
 
+def _chat_shape(config: dict | None) -> dict | None:
+    """vllm_memory's shape of a base's config; None when it is unknown here or not a llama/qwen-style config."""
+    from grpo_playground.vllm_memory import shape_from_config
+
+    try:
+        return shape_from_config(config) if config else None
+    except KeyError:
+        return None
+
+
 def chat_need_bytes(config: dict | None) -> int | None:
     """The GPU memory a chat server of this base holds (vllm_memory's estimate for CHAT_MAX_SEQS chats of
     CHAT_TOKENS_PER_SEQ tokens); None when its config is unknown here."""
-    from grpo_playground.vllm_memory import engine_bytes, shape_from_config
+    from grpo_playground.vllm_memory import engine_bytes
 
-    try:
-        return engine_bytes(shape_from_config(config), CHAT_MAX_SEQS, CHAT_TOKENS_PER_SEQ) if config else None
-    except KeyError:  # not a llama/qwen-style config
-        return None
+    shape = _chat_shape(config)
+    return engine_bytes(shape, CHAT_MAX_SEQS, CHAT_TOKENS_PER_SEQ) if shape else None
 
 
 def chat_kv_cache_bytes(config: dict | None) -> int | None:
@@ -221,12 +229,10 @@ def chat_kv_cache_bytes(config: dict | None) -> int | None:
     as --kv-cache-memory-bytes: sized by gpu_memory_utilization alone, vLLM measures what the card gained while it
     profiled, so a training job growing beside it left it "-5.39 GiB" of KV cache and it crashed (H200,
     results/gpu/space_e2e/). None when the config is unknown here."""
-    from grpo_playground.vllm_memory import kv_cache_bytes, shape_from_config
+    from grpo_playground.vllm_memory import kv_cache_bytes
 
-    try:
-        return kv_cache_bytes(shape_from_config(config), CHAT_MAX_SEQS, CHAT_TOKENS_PER_SEQ) if config else None
-    except KeyError:
-        return None
+    shape = _chat_shape(config)
+    return kv_cache_bytes(shape, CHAT_MAX_SEQS, CHAT_TOKENS_PER_SEQ) if shape else None
 
 
 def vllm_command(base: str, loras: dict[str, str | Path], port: int, gpu_memory_utilization: float = 0.7,
