@@ -27,8 +27,9 @@ from grpo_playground.child_process import job_env
 from grpo_playground.cli.args import CompareArgs
 from grpo_playground.contracts.process import log_tail
 from grpo_playground.contracts.states import JobState
+from grpo_playground.data import load_examples
 from grpo_playground.data.generator import LEVELS
-from grpo_playground.data.spec import parse_levels
+from grpo_playground.data.spec import parse_levels, parse_spec
 from grpo_playground.jobs.record import job_running, job_state, read_record, start_job, step, stop_job
 from grpo_playground.run_layout import (
     COMPARISON_JOB,
@@ -50,6 +51,50 @@ MAX_JOB_S = 4 * 3600  # the whole chain: SFT rounds, three arms of at most MAX_M
 LOG_TAIL_LINES = 40
 LOG_TAIL_BYTES = 16_000
 LEVELS_RE = re.compile(r"^\d(-\d)?(,\d(-\d)?){0,9}$")  # single digits: "1-999999999" would build a huge range
+MAX_DATA_FILE_BYTES = 50 * 2**20  # GSM8K's train split is ~4 MB; a bigger file is a mistake, or the CLI's job
+DATA_KINDS = ("generator", "gsm8k")  # the panel's sources; the CLI takes every kind
+
+
+def checked_source(name: str, spec: str, n: int) -> str:
+    """A plan's data source: "" (the generated problems), a generator spec as typed, or a gsm8k .jsonl file, its path
+    resolved, that the loader reads n problems from now (a malformed file is refused here, not minutes into the job)."""
+    spec = (spec or "").strip()
+    if not spec:
+        return ""
+    try:
+        source = parse_spec(spec)
+    except ValueError as error:
+        raise ValueError(f"{name}: {error}") from None
+    if source.kind not in DATA_KINDS:
+        raise ValueError(f"{name} {spec!r}: the panel takes gsm8k:/path/to/file.jsonl (or leave it empty for the "
+                         "generated problems); the CLI, python -m pipelines.experiments.seed_regime, takes other kinds")
+    if source.kind == "generator":
+        return str(source)
+    resolved = f"gsm8k:{data_file(name, source.target)}"
+    try:
+        loaded = load_examples(resolved, n=n)
+    except ValueError as error:
+        raise ValueError(f"{name}: {error}") from None
+    if len(loaded.examples) < n:
+        raise ValueError(f"{name} {spec!r}: {loaded.summary()}, {n} wanted: lower the number or use a larger file")
+    return resolved
+
+
+def data_file(name: str, target: str) -> Path:
+    """The resolved path of a data file the owner typed: an existing regular .jsonl file (after symlinks) of at most
+    MAX_DATA_FILE_BYTES, so the job reads exactly the file that was checked."""
+    path = Path(target).resolve()
+    if path.suffix.lower() != ".jsonl":
+        raise ValueError(f"{name}: {target!r} is not a .jsonl file: give gsm8k:/path/to/file.jsonl "
+                         "(GSM8K's own format: one {\"question\", \"answer\"} object per line)")
+    if not path.is_file():
+        raise ValueError(f"{name}: no file {str(path)!r}: check the path (relative paths start in the app's folder, "
+                         f"{Path.cwd()})")
+    size = path.stat().st_size
+    if size > MAX_DATA_FILE_BYTES:
+        raise ValueError(f"{name}: {str(path)!r} is {size / 2**20:.0f} MB, over the panel's "
+                         f"{MAX_DATA_FILE_BYTES // 2**20} MB: cut it to the rows you need, or run the CLI")
+    return path
 
 
 @dataclass(frozen=True)
@@ -63,6 +108,9 @@ class ComparisonPlan:
     round_steps: int = 40  # SFT steps between two format checks
     max_rounds: int = 5  # the arms start from sft-W after at most this many rounds
     format_target: float = 0.95  # sampled format rate that ends sft-W
+    answers: str = ""  # A's source: "" = the generator's train split, or gsm8k:PATH.jsonl (stored resolved)
+    eval_data: str = ""  # the held-out set: "" = the generator's test split, or gsm8k:PATH.jsonl (then the generated
+    # held-out set is scored too, as a second column: the accuracy per source)
 
     LIMITS = {"minutes": (0.05, 15), "n_worked": (1, 500), "n_answers": (1, 4000), "n_eval": (2, 600),
               "round_steps": (1, 200), "max_rounds": (1, 10), "format_target": (0, 1)}
@@ -76,11 +124,19 @@ class ComparisonPlan:
         if self.levels and not (LEVELS_RE.match(self.levels) and set(parse_levels(self.levels)) <= set(LEVELS)):
             raise ValueError(f"levels {self.levels!r}: write levels from {LEVELS[0]} to {LEVELS[-1]} such as 1-2 "
                              "or 1,3 (or leave it empty for all levels)")
+        # frozen: the checked, resolved specs replace what was typed (a resume checks its stored plan again)
+        object.__setattr__(self, "answers", checked_source("answer-only problems (A)", self.answers, self.n_answers))
+        object.__setattr__(self, "eval_data", checked_source("held-out set", self.eval_data, self.n_eval))
 
     def sources(self) -> dict[str, str]:
+        """Specs of W, A, the held-out set and, when that is a file, the generated held-out set ("eval_2")."""
         query = f"?levels={self.levels}" if self.levels else ""
-        return {"worked": f"generator:train{query}", "answers": f"generator:train{query}",
-                "eval": f"generator:test{query}"}
+        generated = f"generator:test{query}"
+        sources = {"worked": f"generator:train{query}", "answers": self.answers or f"generator:train{query}",
+                   "eval": self.eval_data or generated}
+        if self.eval_data.startswith("gsm8k:"):
+            sources["eval_2"] = generated
+        return sources
 
 
 def comparison_path(comparison_id: str) -> Path:
@@ -96,8 +152,9 @@ def comparison_path(comparison_id: str) -> Path:
 def experiment_command(folder: Path, plan: ComparisonPlan) -> list[str]:
     """The CLI the job runs (and the panel shows, to rerun it by hand or with larger sizes)."""
     sources = plan.sources()
+    second = {"eval_data_2": sources["eval_2"], "n_eval_2": plan.n_eval} if "eval_2" in sources else {}
     return CompareArgs(recipe=folder / RECIPE_FILE, worked=sources["worked"], answers=sources["answers"],
-                       eval_data=sources["eval"], n_worked=plan.n_worked, n_answers=plan.n_answers,
+                       eval_data=sources["eval"], **second, n_worked=plan.n_worked, n_answers=plan.n_answers,
                        n_eval=plan.n_eval, minutes=plan.minutes, round_steps=plan.round_steps,
                        max_rounds=plan.max_rounds, format_target=plan.format_target,
                        work=folder / COMPARISON_WORK, out=folder / COMPARISON_RESULT).command()
