@@ -5,12 +5,14 @@ Same arms as `python -m pipelines.experiments.seed_regime` (sft-W; + GRPO on ans
 (grpo_playground.jobs.comparisons) outlives the browser; the panel lists every comparison on page load, follows the
 chosen one from its progress file every few seconds, and when it is done shows each arm's accuracy with GRPO's
 paired difference, and accuracy by level, read from the experiment's result JSON (until then a sentence says so, not
-an empty chart). A stopped or cut comparison resumes from the steps it finished. Starting, stopping and resuming need
-the owner token when GRPO_PLAYGROUND_OWNER_TOKEN is set.
+an empty chart). A and the held-out set may come from GSM8K-format .jsonl files (`gsm8k:PATH`); with a GSM8K
+held-out set the generated one is scored too, and a table gives each arm's accuracy per source. A stopped or cut
+comparison resumes from the steps it finished. Starting, stopping and resuming need the owner token when
+GRPO_PLAYGROUND_OWNER_TOKEN is set.
 
 API (gradio_client): /compare_start (recipe, minutes, n_worked, n_answers, n_eval, levels, round_steps, max_rounds,
-format_target, token) -> the comparison's state; /compare_resume (id, token) -> its state; /compare_status (id, or ""
-for the newest) -> its state.
+format_target, token, answers="", eval_data="": each "" for generated problems or gsm8k:PATH.jsonl) -> the
+comparison's state; /compare_resume (id, token) -> its state; /compare_status (id, or "" for the newest) -> its state.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ def resolve_recipe(choice: str | None) -> tuple[Path, str]:
 
 
 def start(recipe, minutes, n_worked, n_answers, n_eval, levels, round_steps, max_rounds, format_target,
-          token=None) -> dict:
+          token=None, answers="", eval_data="") -> dict:
     """Owner only: check everything, then start the comparison job (returns at once)."""
     check_owner(token, START_ACTION)  # first: a visitor's input is not even read
     numbers = {"minutes": minutes, "n_worked": n_worked, "n_answers": n_answers, "n_eval": n_eval,
@@ -70,7 +72,8 @@ def start(recipe, minutes, n_worked, n_answers, n_eval, levels, round_steps, max
             raise ValueError(f"{name} must be a number, got {value!r}")
         if name not in ("minutes", "format_target") and value != int(value):
             raise ValueError(f"{name} must be a whole number, got {value!r}")
-    plan = ComparisonPlan(levels=str(levels or "").strip(), **{
+    sources = {"answers": str(answers or ""), "eval_data": str(eval_data or "")}  # "" or a spec: the plan checks it
+    plan = ComparisonPlan(levels=str(levels or "").strip(), **sources, **{
         k: (float(v) if k in ("minutes", "format_target") else int(v)) for k, v in numbers.items()})
     return start_comparison(*resolve_recipe(recipe), plan)
 
@@ -85,7 +88,7 @@ def state_text(state: dict) -> str:
             "failed": f"**Failed** (see the log below; once fixed, {resume})"}[state["state"]]
     head = (f"{word}: comparison `{state['id']}` on `{state['recipe_name']}`, T = {plan.get('minutes', 0):g} min, "
             f"W = {plan.get('n_worked')}, A = {plan.get('n_answers')}, {plan.get('n_eval')} held-out prompts"
-            + (f", resumed {state['resumes']} time(s)." if state.get("resumes") else "."))
+            + sources_text(plan) + (f", resumed {state['resumes']} time(s)." if state.get("resumes") else "."))
     steps = []
     for step in state["order"]:
         entry = state["steps"].get(step, {})
@@ -105,6 +108,21 @@ def state_text(state: dict) -> str:
         steps.append(f"- {step}: {mark}")
     return "\n\n".join([head, "\n".join(steps), time_text(state),
                         f"The same experiment from a shell: `{state['command']}`"])
+
+
+def source_label(spec: str) -> str:
+    """A source in a few words: "gsm8k:test.jsonl" (the file's name, not the server's folders) or "generated"."""
+    kind, _, target = spec.partition(":")
+    return f"{kind}:{Path(target).name}" if kind == "gsm8k" else "generated"
+
+
+def sources_text(plan: dict) -> str:
+    """", A from gsm8k:train.jsonl, held-out gsm8k:test.jsonl + generated" when a source is a file; "" otherwise."""
+    answers, held_out = plan.get("answers", ""), plan.get("eval_data", "")
+    if not (answers or held_out):
+        return ""
+    text = f", A from {source_label(answers)}, held-out {source_label(held_out)}"
+    return text + (" + generated" if held_out.startswith("gsm8k:") else "")
 
 
 def time_text(state: dict) -> str:
@@ -180,6 +198,27 @@ def level_frame(result: dict | None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["level", "prompts", *evals])
 
 
+def source_columns(result: dict) -> list[tuple[str, dict, dict]]:
+    """(source label, each arm's evaluation, GRPO minus each arm) of every held-out source, the primary one first."""
+    return [(source_label(result["sources"]["eval"]), result["eval"], result["grpo_minus"]),
+            *((source_label(c["source"]), c["eval"], c["grpo_minus"]) for c in result.get("second_eval") or [])]
+
+
+def source_frame(result: dict | None) -> pd.DataFrame:
+    """Per arm, on each held-out source: accuracy % and GRPO minus the arm (paired, points); empty with one source."""
+    if not result or not result.get("second_eval"):
+        return pd.DataFrame(columns=["arm"])
+    columns, rows = source_columns(result), []
+    for arm in result["eval"]:
+        row = [arm]
+        for _, evals, minus in columns:
+            d = minus.get(arm)
+            row += [round(100 * evals[arm]["accuracy"], 1), round(100 * d["difference"], 1) if d else None]
+        rows.append(row)
+    names = [name for label, _, _ in columns for name in (f"{label} accuracy %", f"{label} GRPO minus arm")]
+    return pd.DataFrame(rows, columns=["arm", *names])
+
+
 def view(selected: str | None, shown: dict | None):
     """Status, log, chart and tables of the chosen comparison (the newest when none is chosen), then whether its
     result is shown (the chart and tables) or the sentence that there is none yet; the chart, tables and that
@@ -188,25 +227,29 @@ def view(selected: str | None, shown: dict | None):
     chosen = selected if selected in ids else (ids[0] if ids else None)
     if chosen is None:
         return ("No comparison has run from this app yet.", "", gr.skip(), gr.skip(), gr.skip(), shown,
-                gr.skip(), gr.skip(), gr.skip())
+                gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip())
     state = comparison_state(chosen)
     signature = {"id": chosen, "finished": state["result"] is not None, "ids": ids}
     shown = shown or {}
     if (shown.get("id"), shown.get("finished")) == (chosen, signature["finished"]):
-        chart, arms, levels, result_box, no_result = (gr.skip(),) * 5
+        chart, arms, levels, result_box, no_result, per_source, source_box = (gr.skip(),) * 7
     else:
         result = state["result"]
         chart, arms, levels = chart_frame(result), arms_frame(result), level_frame(result)
         result_box, no_result = gr.Column(visible=bool(result)), gr.Markdown(visible=not result)
+        per_source = source_frame(result)
+        source_box = gr.Column(visible=not per_source.empty)
     same_list = selected == chosen and shown.get("ids") == ids
     picker = gr.skip() if same_list else gr.Dropdown(choices=ids, value=chosen)
-    return state_text(state), state["log"], chart, arms, levels, signature, picker, result_box, no_result
+    return (state_text(state), state["log"], chart, arms, levels, signature, picker, result_box, no_result,
+            per_source, source_box)
 
 
-def run_start(recipe, minutes, n_worked, n_answers, n_eval, levels, round_steps, max_rounds, format_target, token):
+def run_start(recipe, minutes, n_worked, n_answers, n_eval, levels, round_steps, max_rounds, format_target, token,
+              answers="", eval_data=""):
     try:
         state = start(recipe, minutes, n_worked, n_answers, n_eval, levels, round_steps, max_rounds, format_target,
-                      token)
+                      token, answers, eval_data)
     except USER_ERRORS as error:
         raise gr.Error(str(error), print_exception=False) from None
     return gr.Dropdown(choices=list_comparisons(), value=state["id"])
@@ -232,11 +275,13 @@ def run_stop(selected, token) -> str:
 def api_start(recipe: str, minutes: float = PLAN.minutes, n_worked: int = PLAN.n_worked,
               n_answers: int = PLAN.n_answers, n_eval: int = PLAN.n_eval, levels: str = PLAN.levels,
               round_steps: int = PLAN.round_steps, max_rounds: int = PLAN.max_rounds,
-              format_target: float = PLAN.format_target, token: str = "") -> dict:
-    """Start a GRPO vs more SFT comparison on a recipe ("recipe:NAME" or "run:ID"); its state, without the log."""
+              format_target: float = PLAN.format_target, token: str = "", answers: str = "",
+              eval_data: str = "") -> dict:
+    """Start a GRPO vs more SFT comparison on a recipe ("recipe:NAME" or "run:ID"), A and the held-out set from the
+    generator ("") or a gsm8k:PATH.jsonl file each; its state, without the log."""
     try:
         state = start(recipe, minutes, n_worked, n_answers, n_eval, levels, round_steps, max_rounds, format_target,
-                      token)
+                      token, answers, eval_data)
     except USER_ERRORS as error:
         raise gr.Error(str(error), print_exception=False) from None
     return {k: v for k, v in state.items() if k != "log"}
@@ -267,8 +312,9 @@ def create_compare_panel() -> dict:
         "recipe: SFT on a few worked solutions (W) until the sampled format rate reaches the target (**sft-W**), "
         "then for T minutes each: **GRPO** on answer-only problems (A), **more SFT on W** (the fair control), and "
         "SFT on **fresh** worked problems (if gold reasoning were free). Every arm is scored greedily on the same "
-        "held-out generated problems. It trains, so it waits for the training slot; the CLI "
-        "(`python -m pipelines.experiments.seed_regime`) takes larger sets and your own data files.")
+        "held-out problems (generated, or a GSM8K file's: then the generated ones too, each source's accuracy in its "
+        "own table). It trains, so it waits for the training slot; the CLI "
+        "(`python -m pipelines.experiments.seed_regime`) takes larger sets and other data formats.")
     with gr.Row():
         recipe = gr.Dropdown(choices=recipe_choices(), value="recipe:tiny-cpu", label="Recipe", scale=3,
                              info="a shipped recipe or the recipe of one of your runs", elem_id="compare-recipe")
@@ -283,6 +329,12 @@ def create_compare_panel() -> dict:
         n_eval = gr.Number(PLAN.n_eval, precision=0, label="Held-out prompts", maximum=limits["n_eval"][1],
                            elem_id="compare-n-eval")
         levels = gr.Textbox(PLAN.levels, label="Problem levels", info="e.g. 1-2; empty: all levels")
+    source_info = "gsm8k:/path/to/{}.jsonl (a file on the server, GSM8K's format); empty: generated problems"
+    with gr.Row():
+        answers = gr.Textbox("", label="Answer-only problems (A) from", info=source_info.format("train"),
+                             elem_id="compare-answers")
+        eval_data = gr.Textbox("", label="Held-out set from", info=source_info.format("test"),
+                               elem_id="compare-eval-data")
     with gr.Accordion("sft-W: when the format is learned", open=False):
         with gr.Row():
             round_steps = gr.Number(PLAN.round_steps, precision=0, label="SFT steps between format checks",
@@ -307,6 +359,9 @@ def create_compare_panel() -> dict:
                            label="GRPO vs more SFT", elem_id="compare-chart")
         arms = gr.Dataframe(None, label="Arms", interactive=False, elem_id="compare-arms")
         levels_table = gr.Dataframe(None, label="Accuracy by level (%)", interactive=False, elem_id="compare-levels")
+        with gr.Column(visible=False) as source_box:  # only when a second held-out source was scored
+            sources_table = gr.Dataframe(None, label="Accuracy per held-out source (%, GRPO minus arm in points)",
+                                         interactive=False, elem_id="compare-sources")
     log = gr.Textbox(label="Log (tail)", lines=6, max_lines=12, autoscroll=True)
     shown = gr.State(None)
     timer = gr.Timer(POLL_S)
@@ -315,17 +370,19 @@ def create_compare_panel() -> dict:
     gr.api(api_resume, api_name="compare_resume")
     gr.api(api_status, api_name="compare_status")
     ui = dict(api_visibility="private")
-    views = [status, log, chart, arms, levels_table, shown, picker, result_box, no_result]
+    views = [status, log, chart, arms, levels_table, shown, picker, result_box, no_result, sources_table,
+             source_box]
     gr.on(None, view, [picker, gr.State(None)], views, **ui)  # on page load: the newest comparison
     gr.on([timer.tick], view, [picker, shown], views, show_progress="hidden", **ui)
     picker.input(view, [picker, gr.State(None)], views, **ui)
     refresh_btn.click(lambda: gr.Dropdown(choices=recipe_choices()), None, recipe, **ui)
     run.click(run_start, [recipe, minutes, n_worked, n_answers, n_eval, levels, round_steps, max_rounds,
-                          format_target, token], picker, concurrency_limit=1, concurrency_id="compare", **ui).success(
+                          format_target, token, answers, eval_data], picker, concurrency_limit=1,
+              concurrency_id="compare", **ui).success(
         view, [picker, gr.State(None)], views, **ui)
     stop.click(run_stop, [picker, token], status, **ui)
     resume.click(run_resume, [picker, token], picker, concurrency_limit=1, concurrency_id="compare", **ui).success(
         view, [picker, gr.State(None)], views, **ui)
     return {"recipe": recipe, "minutes": minutes, "run": run, "stop": stop, "resume": resume, "picker": picker,
             "status": status,
-            "chart": chart, "arms": arms, "levels": levels_table}
+            "chart": chart, "arms": arms, "levels": levels_table, "sources": sources_table}
