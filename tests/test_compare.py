@@ -9,6 +9,7 @@ import fcntl
 import json
 import os
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,9 @@ TINY = ["name=compare-tiny", "sft.per_device_batch_size=4", "grpo.per_device_bat
         "grpo.max_completion_length=32"]
 # The panel's inputs (minutes, W, A, held-out, levels, steps per round, rounds, format target) for that run
 TINY_PLAN = (0.1, 16, 16, 8, "", 3, 1, 0.0)
+# GSM8K-shaped problems written for these tests (not GSM8K's text): 24 for A, 12 held out
+GSM8K_TRAIN = ROOT / "tests" / "fixtures" / "gsm8k_small_train.jsonl"
+GSM8K_TEST = ROOT / "tests" / "fixtures" / "gsm8k_small_test.jsonl"
 
 
 @pytest.fixture
@@ -143,7 +147,8 @@ def test_a_comparison_runs_every_arm_in_the_background_and_the_panel_shows_it(ru
     assert state["state"] == "finished", state["log"]
     assert set(state["steps"]) == set(state["order"]) and {s["state"] for s in state["steps"].values()} == {"done"}
 
-    status, log, chart, arms, levels, shown, picker, result_box, no_result = panel.view(None, None)  # a page load
+    status, log, chart, arms, levels, shown, picker, result_box, no_result, _, source_box = panel.view(None, None)
+    assert not source_box.visible  # one held-out source: no per-source table
     assert result_box.visible and not no_result.visible  # the result, not the "no result yet" sentence
     result = json.loads((runs / COMPARISONS_DIR / comparison / f"{COMPARISON_RESULT}.json").read_text())
     assert picker.choices == [(comparison, comparison)] and picker.value == comparison
@@ -156,7 +161,90 @@ def test_a_comparison_runs_every_arm_in_the_background_and_the_panel_shows_it(ru
     assert arms.set_index("arm")["GRPO minus arm (points)"].isna().tolist() == [False, True, False, False]
     assert list(levels.columns) == ["level", "prompts", *result["eval"]] and levels["prompts"].sum() == 8
     again = panel.view(comparison, shown)
-    assert all(isinstance(x, dict) and x.get("__type__") == "update" for x in again[2:5])  # nothing new: not re-sent
+    assert all(isinstance(x, dict) and x.get("__type__") == "update" for x in again[2:5] + again[-2:])  # not re-sent
+
+
+def start_with_sources(answers: str = "", eval_data: str = "") -> dict:
+    return panel.start("recipe:tiny-cpu", 1, 16, 16, 8, "", 40, 5, 0.95, "", answers, eval_data)
+
+
+@pytest.fixture
+def bad_files(tmp_path) -> dict[str, Path]:
+    """A sparse file over the size cap, a file of other columns, one of broken lines, a .jsonl link to a non-.jsonl."""
+    files = {name: tmp_path / f"{name}.jsonl" for name in ("huge", "columns", "broken", "link")}
+    with files["huge"].open("wb") as f:
+        f.truncate(jobs.MAX_DATA_FILE_BYTES + 1)
+    files["columns"].write_text('{"problem": "1 + 1?", "expected_answer": "2"}\n' * 10)
+    files["broken"].write_text('{"question": "1 + 1?", "answer": \n' * 10)
+    files["link"].symlink_to(ROOT / "pyproject.toml")
+    return files
+
+
+@pytest.mark.parametrize("field, spec, message", [
+    ("answers", "hub:openai/gsm8k", "answer-only problems \\(A\\) 'hub:openai/gsm8k': the panel takes gsm8k:/path"),
+    ("eval_data", "dapo:x.jsonl", "held-out set 'dapo:x.jsonl': the panel takes gsm8k:/path/to/file.jsonl"),
+    ("eval_data", "test.jsonl", "unknown data source 'test.jsonl': it must start with one of"),
+    ("eval_data", "gsm8k:/no/such/test.jsonl", "held-out set: no file '/no/such/test.jsonl': check the path"),
+    ("answers", f"gsm8k:{ROOT / 'tests' / 'fixtures' / 'custom_problems.csv'}", "is not a .jsonl file"),
+    ("answers", "gsm8k:../../etc/passwd", "must end in one of .jsonl"),
+    ("answers", "huge", "MB, over the panel's 50 MB: cut it"),
+    ("eval_data", "columns", "the rows have no column\\(s\\) \\['question', 'answer'\\]"),  # the loader's words
+    ("eval_data", "broken", "0 examples from 10 rows; skipped 10 \\(invalid JSON line: 10\\), 8 wanted"),
+    ("answers", "link", "is not a .jsonl file"),  # the resolved path is checked: a link named .jsonl is not enough
+])
+def test_a_bad_data_source_is_refused_at_start_with_what_to_fix(runs, bad_files, field, spec, message):
+    spec = f"gsm8k:{bad_files[spec]}" if spec in bad_files else spec
+    with pytest.raises(ValueError, match=message):
+        start_with_sources(**{field: spec})
+    assert jobs.list_comparisons() == []
+
+
+def test_a_visitor_gets_the_owner_refusal_before_any_data_file_is_read(runs, monkeypatch):
+    monkeypatch.setenv("GRPO_PLAYGROUND_OWNER_TOKEN", "secret")
+    with pytest.raises(PermissionError, match="needs the owner token"):
+        start_with_sources(eval_data="gsm8k:/no/such/test.jsonl")
+
+
+def test_gsm8k_sources_reach_the_command_resolved_and_the_generated_held_out_set_is_scored_too(monkeypatch):
+    monkeypatch.chdir(ROOT / "tests")
+    relative = "gsm8k:fixtures/../fixtures/gsm8k_small_train.jsonl"  # typed relative to the app's folder
+    plan = jobs.ComparisonPlan(n_answers=16, n_eval=8, levels="1-2", answers=relative, eval_data=f"gsm8k:{GSM8K_TEST}")
+    assert (plan.answers, plan.eval_data) == (f"gsm8k:{GSM8K_TRAIN}", f"gsm8k:{GSM8K_TEST}")
+    assert jobs.ComparisonPlan(**asdict(plan)) == plan  # a resume checks the stored plan and gets the same one
+    command = jobs.experiment_command(Path("/c"), plan)
+    flags = dict(zip(command[3::2], command[4::2]))
+    assert flags["--answers"] == f"gsm8k:{GSM8K_TRAIN}" and flags["--eval-data"] == f"gsm8k:{GSM8K_TEST}"
+    assert flags["--eval-data-2"] == "generator:test?levels=1-2" and flags["--n-eval-2"] == "8"
+    assert panel.sources_text(asdict(plan)) == (", A from gsm8k:gsm8k_small_train.jsonl, held-out "
+                                                "gsm8k:gsm8k_small_test.jsonl + generated")
+    generated = jobs.experiment_command(Path("/c"), jobs.ComparisonPlan(n_answers=16, answers=f"gsm8k:{GSM8K_TRAIN}"))
+    assert "--eval-data-2" not in generated
+    assert generated[generated.index("--eval-data") + 1] == "generator:test?levels=1-2"
+
+
+@pytest.mark.slow
+def test_a_gsm8k_sourced_comparison_runs_and_the_panel_shows_the_accuracy_per_source(runs):
+    """A from one GSM8K-format file, the held-out set from another, through the panel's start: every arm is scored
+    on the file's prompts and on generated ones, and the per-source table shows both."""
+    panel.run_start(f"run:{tiny_run()}", *TINY_PLAN, "", f"gsm8k:{GSM8K_TRAIN}", f"gsm8k:{GSM8K_TEST}")
+    comparison = jobs.list_comparisons()[0]
+    assert wait_for(lambda: jobs.comparison_state(comparison)["state"] not in ("waiting", "running"), 600)
+    state = jobs.comparison_state(comparison)
+    assert state["state"] == "finished", state["log"]
+    result, work = state["result"], runs / COMPARISONS_DIR / comparison / COMPARISON_WORK
+    # the sources were used, not the generator's: A's prompts are the train file's, the primary column the test file's
+    train_questions = {json.loads(line)["question"] for line in GSM8K_TRAIN.open()}
+    assert {json.loads(line)["prompt"] for line in (work / "data" / "answers.jsonl").open()} <= train_questions
+    assert {e["data"] for e in result["eval"].values()} == {f"gsm8k:{GSM8K_TEST}"}
+    assert [{e["data"] for e in c["eval"].values()} for c in result["second_eval"]] == [{"generator:test"}]
+
+    status, *_, per_source, source_box = panel.view(None, None)
+    assert source_box.visible
+    assert "A from gsm8k:gsm8k_small_train.jsonl, held-out gsm8k:gsm8k_small_test.jsonl + generated" in status
+    table = per_source.set_index("arm")
+    for label, column in (("gsm8k:gsm8k_small_test.jsonl", result), ("generated", result["second_eval"][0])):
+        assert table[f"{label} accuracy %"].tolist() == [round(100 * e["accuracy"], 1) for e in column["eval"].values()]
+        assert table[f"{label} GRPO minus arm"].isna().tolist() == [False, True, False, False]
 
 
 ARM_FOLDERS = {"sft_w+grpo_a": "grpo_a", "sft_w+more_sft_w": "more_sft_w", "sft_w+fresh_sft": "fresh_sft"}
