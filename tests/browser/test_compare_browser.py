@@ -47,8 +47,8 @@ def test_a_comparison_started_from_the_evaluate_tab_shows_every_arm(page, expect
     fill(page, "#compare-minutes input", 0.05)  # 3 s per arm: the mechanics, not a result
     fill(page, "#compare-n-eval input", 2)
     page.get_by_label("Worked problems (W)").fill("8")
-    page.get_by_label("Answer-only problems (A)").fill("8")
-    page.get_by_label("Answer-only problems (A)").press("Tab")
+    page.get_by_label("Answer-only problems (A)", exact=True).fill("8")  # not "... (A) from"
+    page.get_by_label("Answer-only problems (A)", exact=True).press("Tab")
     page.get_by_text("sft-W: when the format is learned").click()
     fill(page, "#compare-round-steps input", 1)
     page.get_by_label("At most this many rounds").fill("1")
