@@ -8,7 +8,7 @@ for d in .whlp*; do
   cp -n "$d"/part.* /tmp/dev/ 2>/dev/null; cp "$d"/MANIFEST /tmp/dev/MANIFEST
 done
 python3 - <<'PY'
-import compileall, glob, io, os, tarfile
+import glob, io, os, tarfile
 parts = sorted(glob.glob("/tmp/dev/part.*"), key=lambda p: int(p.rsplit(".", 1)[1]))
 # only a gap-free prefix of parts counts
 have = []
@@ -37,12 +37,12 @@ for line in open("/tmp/dev/MANIFEST"):
                 f.seek(lo - pos); buf += f.read(hi - lo)
         pos += n
     tarfile.open(fileobj=io.BytesIO(bytes(buf)), mode="r:gz").extractall("/tmp/site")
-    # bytecode now, as pip does when a Docker image is built: otherwise the first vLLM server or engine of the run
-    # compiles thousands of modules and its start time is not what a Space user meets
-    compileall.compile_dir("/tmp/site", quiet=2, workers=os.cpu_count() or 1)
     open(done, "w").close()
-    print(f"bundle {name}: unpacked and byte-compiled")
+    print(f"bundle {name}: unpacked")
 PY
+# bytecode now, as pip does when a Docker image is built: otherwise the first vLLM server or engine of the run
+# compiles thousands of modules and its start time is not what a Space user meets (up-to-date files are skipped)
+python3 -m compileall -q -j 0 /tmp/site > /dev/null 2>&1 || true
 printf '#!/bin/sh\nexec python3 -c "from vllm.entrypoints.cli.main import main; main()" "$@"\n' > /tmp/site/bin/vllm
 chmod +x /tmp/site/bin/vllm
 export PYTHONPATH=/tmp/site:$PWD/src:$PWD PATH=/tmp/site/bin:$PATH
