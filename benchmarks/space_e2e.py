@@ -232,6 +232,13 @@ def text_of(message: dict | None) -> str:
     return str(content)
 
 
+def reply_text(pane: list | None) -> str:
+    """A chat pane's reply so far: its last message's text when that is the assistant's. Gradio leaves out an
+    assistant message that has no text yet, so until the reply begins the last message is the question."""
+    last = pane[-1] if pane else None
+    return text_of(last) if isinstance(last, dict) and last.get("role") == "assistant" else ""
+
+
 def chat_once(client, token: str, keys: list[str], max_tokens: int) -> dict:
     """One question to up to three checkpoints through /chat (streamed); seconds to the first reply text and in all."""
     began = time.monotonic()
@@ -239,15 +246,17 @@ def chat_once(client, token: str, keys: list[str], max_tokens: int) -> dict:
     job = client.submit(QUESTION, GOLD, *(keys + ["", "", ""])[:3], 0.0, 1.0, max_tokens, "",
                         ["match_format_approximately", "check_answer", "check_numbers"], token, api_name="/chat")
     # poll the streamed outputs (iterating the job blocks forever when the app refuses the request)
-    seen, last = 0, None
+    seen, last, last_progress = 0, None, None
     while True:
         done = job.done()
         outputs = job.outputs()
         for update in outputs[seen:]:
-            texts = [text_of(pane[-1]) if pane else "" for pane in update[: len(keys)]]
+            texts = [reply_text(pane) for pane in update[: len(keys)]]
             starting = [t for t in texts if any(m in t for m in STARTING)]  # "server starting: 42 s (stage)"
-            if starting and starting[-1][:120] not in progress[-1:]:
-                progress.append(starting[-1][:120])
+            if starting:
+                last_progress = time.monotonic() - began
+                if starting[-1][:120] not in progress[-1:]:
+                    progress.append(starting[-1][:120])
             if first is None and any(t and not any(m in t for m in STARTING) for t in texts):
                 first = time.monotonic() - began
         seen, last = len(outputs), (outputs[-1] if outputs else last)
@@ -257,10 +266,11 @@ def chat_once(client, token: str, keys: list[str], max_tokens: int) -> dict:
     job.result()  # the app's error, if it refused or failed the request
     if last is None:
         raise StepFailed("/chat returned nothing")
-    replies = [text_of(pane[-1]) if pane else "" for pane in last[: len(keys)]]
+    replies = [reply_text(pane) for pane in last[: len(keys)]]
     if not all(replies) or any(r.startswith("[no reply") for r in replies):
         raise StepFailed(f"a checkpoint did not reply: {replies} notes: {last[4]}")
     return {"checkpoints": keys, "send_to_first_token_s": round(first or 0.0, 2),
+            "last_start_progress_s": None if last_progress is None else round(last_progress, 2),
             "total_s": round(time.monotonic() - began, 2), "start_progress_shown": progress[:3] + progress[-2:],
             "replies": [r[:400] for r in replies], "scores": str(last[3])[:1500], "notes": str(last[4])[:800]}
 
