@@ -228,7 +228,7 @@ def chat_kv_cache_bytes(config: dict | None) -> int | None:
     """The KV cache a chat server allocates (the part of chat_need_bytes for CHAT_MAX_SEQS chats), passed to vLLM
     as --kv-cache-memory-bytes: sized by gpu_memory_utilization alone, vLLM measures what the card gained while it
     profiled, so a training job growing beside it left it "-5.39 GiB" of KV cache and it crashed (H200,
-    results/gpu/space_e2e/). None when the config is unknown here."""
+    the second Space run in BENCHMARKS.md). None when the config is unknown here."""
     from grpo_playground.vllm_memory import kv_cache_bytes
 
     shape = _chat_shape(config)
