@@ -15,7 +15,9 @@ from grpo_playground.run_layout import PREFLIGHT_FILE
 from grpo_playground.training.run_folder import RunFolder
 
 
-PREFLIGHT_MAX_ROWS = 64  # completions per generate call: the usual 4-8 prompts x 8 in one, memory bounded for more
+# completions per generate call: the usual 4-8 prompts x 8 of a small model in one call; long completions get fewer
+# rows (16,384 completion tokens a call), so a large model's KV cache in HF generate stays near one group's
+PREFLIGHT_MAX_ROWS, PREFLIGHT_MAX_TOKENS = 64, 16384
 
 
 def sample_groups(policy: Policy, prompts: list[str], cfg: RunConfig) -> list[list[str]]:
@@ -25,7 +27,7 @@ def sample_groups(policy: Policy, prompts: list[str], cfg: RunConfig) -> list[li
     import torch
 
     tok, model, n = policy.tokenizer, policy.model, cfg.grpo.num_generations
-    per_call = max(1, PREFLIGHT_MAX_ROWS // n)
+    per_call = max(1, min(PREFLIGHT_MAX_ROWS, PREFLIGHT_MAX_TOKENS // cfg.grpo.max_completion_length) // n)
     side, pad = tok.padding_side, tok.pad_token
     tok.padding_side = "left"  # generation continues each prompt's last token
     if pad is None:
