@@ -4,6 +4,7 @@ prompt's completions, as when the prompts went one at a time (the real `tiny` mo
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +15,6 @@ from grpo_playground.data import load_examples  # noqa: E402
 from grpo_playground.data.chat_template import render_prompt  # noqa: E402
 from grpo_playground.training import preflight  # noqa: E402
 from grpo_playground.training.backend import load_policy  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

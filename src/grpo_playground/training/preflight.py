@@ -22,16 +22,15 @@ PREFLIGHT_MAX_ROWS, PREFLIGHT_MAX_TOKENS = 64, 16384
 
 def sample_groups(policy: Policy, prompts: list[str], cfg: RunConfig) -> list[list[str]]:
     """num_generations completions per prompt, sampled with GRPO's temperature and length, decoded as TRL does.
-    The prompts go left-padded, together in one generate call: one call per prompt made the pre-flight of 8
-    prompts take 114 s on an H200 (a small model's step is launch-bound, whatever the batch)."""
+    The prompts go left-padded, several to a generate call (PREFLIGHT_MAX_ROWS, PREFLIGHT_MAX_TOKENS): one call
+    per prompt made the pre-flight of 8 prompts take 114 s on an H200 (a small model's decoding step is
+    launch-bound, whatever the batch)."""
     import torch
 
     tok, model, n = policy.tokenizer, policy.model, cfg.grpo.num_generations
     per_call = max(1, min(PREFLIGHT_MAX_ROWS, PREFLIGHT_MAX_TOKENS // cfg.grpo.max_completion_length) // n)
-    side, pad = tok.padding_side, tok.pad_token
+    side = tok.padding_side  # the policy's loaders always set a pad token (eos where the model has none)
     tok.padding_side = "left"  # generation continues each prompt's last token
-    if pad is None:
-        tok.pad_token = tok.eos_token
     groups = []
     model.eval()
     try:
@@ -46,8 +45,6 @@ def sample_groups(policy: Policy, prompts: list[str], cfg: RunConfig) -> list[li
             groups += [texts[i:i + n] for i in range(0, len(texts), n)]  # generate keeps each prompt's n together
     finally:
         tok.padding_side = side
-        if pad is None:
-            tok.pad_token = pad
         model.train()
     return groups
 
