@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from grpo_playground.child_process import python_child_env
-from grpo_playground.contracts.process import group_members, is_alive
+from grpo_playground.contracts.process import group_members, is_alive, process_start_ticks, write_json_atomic
 from grpo_playground.jobs.record import job_state, read_record, start_job, step, stop_job
 
 
@@ -66,6 +66,20 @@ def test_stop_ends_the_whole_group_and_marks_the_rest_stopped(tmp_path):
     record = read_record(tmp_path / "job.json")
     assert record["state"] == "stopped" and [s["state"] for s in record["steps"]] == ["stopped", "stopped"]
     assert stop_job(tmp_path / "job.json") is None
+
+
+def test_stop_pressed_again_while_the_supervisor_exits_says_nothing_is_running(tmp_path):
+    """The supervisor records its end, then exits: a Stop in between must not read its own group as leftovers."""
+    exiting = subprocess.Popen(["sleep", "30"], start_new_session=True)  # stands for the supervisor, not yet gone
+    try:
+        write_json_atomic(tmp_path / "job.json", {"kind": "test", "state": "stopped", "ended": time.time(),
+                                                  "pid": exiting.pid, "start_ticks": process_start_ticks(exiting.pid),
+                                                  "steps": []})
+        assert stop_job(tmp_path / "job.json") is None
+        assert exiting.poll() is None  # not killed
+    finally:
+        exiting.kill()
+        exiting.wait()
 
 
 def test_a_record_whose_supervisor_died_reads_failed(tmp_path):

@@ -106,7 +106,9 @@ def stop_job(path: Path) -> int | None:
     is stopped through its supervisor alone, which passes the stop to the trainer: jobs.control.stop_run.)"""
     record = read_record(path)
     if not job_running(record):
-        if record.get("pid") and group_members(record["pid"]):
+        # a supervisor still alive has recorded its end and killed its group: it is exiting, nothing is left
+        supervisor_gone = not is_alive(record.get("pid"), record.get("start_ticks"))
+        if record.get("pid") and supervisor_gone and group_members(record["pid"]):
             kill_group(record["pid"])
             return record["pid"]
         return None
