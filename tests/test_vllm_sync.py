@@ -159,6 +159,11 @@ def test_lora_engine_gives_trls_engine_one_lora_slot_of_the_policys_rank(monkeyp
     assert built == [{"model": "m", "gpu_memory_utilization": 0.1, "enable_lora": True, "max_lora_rank": 32,
                       "max_loras": 1}]
     assert trl_vllm.LLM is original  # restored: later engines are TRL's own
+    with vllm_sync.lora_engine(12):  # vLLM refuses max_lora_rank 12 (its ranks: 1, 8, 16, 32, ...): the slot is 16
+        trl_vllm.LLM(model="m")
+    assert built[-1]["max_lora_rank"] == 16
+    with pytest.raises(ValueError, match="lower lora.r"):
+        vllm_sync.lora_engine(1024).__enter__()
 
 
 def test_adapter_sync_hands_vllm_each_steps_adapter_and_every_rollout_asks_for_it(tmp_path):

@@ -107,7 +107,7 @@ class VllmBackend:
         """`family`: other checkpoints to evaluate next on the same engine (`switch_to`): their adapters size the
         engine's LoRA slots, so base, SFT and GRPO of one run pay for one engine start, not three."""
         from grpo_playground.models import hf_dir, load_tokenizer
-        from grpo_playground.serving.backends import VLLM_LORA_RANKS, lora_rank, vllm_env
+        from grpo_playground.serving.backends import lora_rank, vllm_env, vllm_max_lora_rank
 
         reason = vllm_unavailable_reason()
         if reason:
@@ -129,8 +129,7 @@ class VllmBackend:
         self.stop_ids = sorted(end_of_turn_ids(self.tokenizer))
         self.lora_ids: dict[str, int] = {}
         self.lora = self._request(spec)
-        rank = max([lora_rank(a) for a in adapters] or [8])
-        self.max_lora_rank = next(r for r in VLLM_LORA_RANKS if r >= rank) if adapters else 0
+        self.max_lora_rank = vllm_max_lora_rank(max(lora_rank(a) for a in adapters)) if adapters else 0
         # bfloat16 as the transformers backend uses on a GPU (the converted SmolLM2 folder says float32); a memory
         # share sized from the model, not a fixed 0.7: on the H200 a fixed 0.7 failed when another engine held memory.
         # Eager: an evaluation is one batch, and torch.compile + CUDA-graph capture took the engine start past 105 s

@@ -99,6 +99,14 @@ def lora_rank(adapter_dir: str | Path) -> int:
     return int(adapter_config(adapter_dir).get("r", 8))
 
 
+def vllm_max_lora_rank(rank: int) -> int:
+    """The smallest max_lora_rank vLLM accepts that holds a LoRA of `rank` (it refuses e.g. 12 or 24)."""
+    fitting = [r for r in VLLM_LORA_RANKS if r >= rank]
+    if not fitting:
+        raise ValueError(f"LoRA rank {rank} is above vLLM's maximum {VLLM_LORA_RANKS[-1]}: lower lora.r")
+    return fitting[0]
+
+
 def vllm_adapter_problem(adapter_dir: str | Path) -> str | None:
     """Why vLLM cannot serve this PEFT folder as a LoRA, naming the fix; None when it can.
 
@@ -251,10 +259,7 @@ def vllm_command(base: str, loras: dict[str, str | Path], port: int, gpu_memory_
         problem = vllm_adapter_problem(path)
         if problem:
             raise ValueError(problem)
-    rank = max([lora_rank(path) for path in loras.values()] + [64])
-    max_rank = next((r for r in VLLM_LORA_RANKS if r >= rank), None)
-    if max_rank is None:
-        raise ValueError(f"LoRA rank {rank} is above vLLM's maximum {VLLM_LORA_RANKS[-1]}")
+    max_rank = vllm_max_lora_rank(max([lora_rank(path) for path in loras.values()] + [64]))
     command = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(base), "--host", "127.0.0.1",
                "--port", str(port), "--served-model-name", base_name,
                "--gpu-memory-utilization", str(gpu_memory_utilization), "--enable-lora", "--max-lora-rank", str(max_rank),

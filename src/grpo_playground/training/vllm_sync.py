@@ -135,12 +135,14 @@ class DeltaSync:
 
 @contextlib.contextmanager
 def lora_engine(max_lora_rank: int):
-    """While TRL builds its colocated engine: vLLM's LLM with one LoRA slot of the policy's rank."""
+    """While TRL builds its colocated engine: vLLM's LLM with one LoRA slot holding the policy's rank (rounded up to
+    one vLLM accepts)."""
     import trl.generation.vllm_generation as trl_vllm
 
-    original = trl_vllm.LLM
-    trl_vllm.LLM = lambda *args, **kwargs: original(*args, enable_lora=True, max_lora_rank=max_lora_rank, max_loras=1,
-                                                    **kwargs)
+    from grpo_playground.serving.backends import vllm_max_lora_rank
+
+    original, rank = trl_vllm.LLM, vllm_max_lora_rank(max_lora_rank)
+    trl_vllm.LLM = lambda *args, **kwargs: original(*args, enable_lora=True, max_lora_rank=rank, max_loras=1, **kwargs)
     try:
         yield
     finally:
