@@ -17,7 +17,7 @@ set -uo pipefail
 source benchmarks/device_setup.sh
 W=/tmp/bench; mkdir -p $W
 B="python3 -m benchmarks.gpu_grpo"
-G=$W/grpo_speed; mkdir -p $G  # issue 24's runs
+SPEED_DIR=$W/grpo_speed; mkdir -p $SPEED_DIR  # issue 24's runs
 ROLL="python3 -m benchmarks.vllm_rollout"
 SEED="python3 -m pipelines.experiments.seed_regime --recipe benchmarks/recipes/smollm2_seed_regime_gpu.yaml \
   --worked 'generator:train?levels=1-2' --answers 'generator:train?levels=1-2' --eval-data 'generator:test?levels=1-2' \
@@ -25,14 +25,23 @@ SEED="python3 -m pipelines.experiments.seed_regime --recipe benchmarks/recipes/s
 # issue 20: the seed regime on real data, split over two leases (BENCHMARKS.md, "GSM8K seed regime: how to run it").
 # GSM8K travels in the ignored .carry/gsm8k (never in the repo); lease 1 brings sft-W's adapter back in $OUT, lease 2
 # carries it in .carry/lease1 and every arm starts from it, its hash checked.
-G=$W/seed_gsm8k
+GSM8K_DIR=$W/seed_gsm8k
 PILOTS=${PILOTS:-"--pilot recipe --pilot lr4e-5:grpo.learning_rate=4e-5 \
   --pilot g4x32:grpo.num_generations=4,grpo.per_device_batch_size=128"}
 SEEDG="python3 -m pipelines.experiments.seed_regime --recipe benchmarks/recipes/smollm2_seed_regime_gpu.yaml \
   --worked 'generator:train?levels=1-2' --answers gsm8k:$W/gsm8k/train.jsonl --n-answers 7000 --n-pilot 300 \
   --eval-data gsm8k:$W/gsm8k/test.jsonl --n-eval 1319 --eval-data-2 'generator:test?levels=1-2' --n-eval-2 600 \
   --minutes ${SEED_MINUTES:-10} --pilot-minutes ${PILOT_MINUTES:-1.5} --max-rounds 5 --eval-backend vllm \
-  --set grpo.max_completion_length=256 --work $G --out $W/learning_seed_regime_gsm8k_gpu"
+  --set grpo.max_completion_length=256 --work $GSM8K_DIR --out $W/learning_seed_regime_gsm8k_gpu"
+versions() {  # the packages importable now, from their metadata (no import): refreshed at the end of every call,
+  # since the first call's env step runs before the later bundles (vLLM among them) have arrived
+  python3 -c "
+import importlib.metadata as md
+for p in ('torch','transformers','trl','peft','accelerate','datasets','bitsandbytes','unsloth','unsloth_zoo','vllm'):
+    try: print(p, md.version(p))
+    except md.PackageNotFoundError: print(p, 'missing')
+" > $W/versions.txt 2>&1
+}
 background() {  # NAME COMMAND...: run in its own session (survives the call), log to $W/NAME.log, touch $W/NAME.done
   local name=$1; shift
   setsid nohup bash -c "$*; echo exit \$? > $W/$name.done" > $W/$name.log 2>&1 < /dev/null &
@@ -51,13 +60,8 @@ for step in "$@"; do
   echo "=== $(date +%H:%M:%S) step $step"
   case $step in
     env)
-      { nvidia-smi; python3 -c "
-import torch, importlib.metadata as md
-print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count())
-for p in ('transformers','trl','peft','accelerate','datasets','bitsandbytes','unsloth','unsloth_zoo','vllm'):
-    try: print(p, md.version(p))
-    except Exception as e: print(p, 'missing')
-"; } > $W/env.txt 2>&1; grep -v "^|" $W/env.txt | tail -12 ;;
+      { nvidia-smi; python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', \
+torch.cuda.device_count())"; } > $W/env.txt 2>&1; grep -v "^|" $W/env.txt | tail -3 ;;
     speed-base) background speed-base "$B suite speed-base --gpus 0 --out $W/speed --timeout 300" ;;
     speed) background speed "while [ ! -f $W/speed-base.done ]; do sleep 2; done; $B suite speed --gpus 0 --out $W/speed --timeout 330 --deadline ${SPEED_S:-1200}" ;;
     vllm-smoke) timeout 240 python3 -m benchmarks.vllm_smoke > $W/vllm_smoke.log 2>&1; tail -4 $W/vllm_smoke.log ;;
@@ -75,14 +79,14 @@ for p in ('transformers','trl','peft','accelerate','datasets','bitsandbytes','un
     report) $B report $W/speed --out $W/grpo_step.json && cp $W/grpo_step.json $OUT/ ;;
     # issue 24: each GRPO row is one `python -m pipelines.train` job (benchmarks.gpu_grpo); the plain generate of the
     # same batches (benchmarks.vllm_rollout) runs alone on the GPU before and after the small rows
-    grpo-speed) background grpo-speed "$ROLL --model smollm2-135m --tokens 128 --out $G/vllm_rollout_smollm2.json \
-      > $G/vllm_rollout_smollm2.log 2>&1; $B models --out $W/models --shapes qwen3-1.7b-shape; \
-      $B suite targets --models $W/models --gpus 0 --out $G --timeout 420 --deadline ${SPEED_S:-1200}; \
+    grpo-speed) background grpo-speed "$ROLL --model smollm2-135m --tokens 128 --out $SPEED_DIR/vllm_rollout_smollm2.json \
+      > $SPEED_DIR/vllm_rollout_smollm2.log 2>&1; $B models --out $W/models --shapes qwen3-1.7b-shape; \
+      $B suite targets --models $W/models --gpus 0 --out $SPEED_DIR --timeout 420 --deadline ${SPEED_S:-1200}; \
       $ROLL --model $W/models/qwen3-1.7b-shape --tokens 512 --ignore-eos --share 0.3 \
-      --out $G/vllm_rollout_qwen3-1.7b.json > $G/vllm_rollout_qwen3-1.7b.log 2>&1" ;;
+      --out $SPEED_DIR/vllm_rollout_qwen3-1.7b.json > $SPEED_DIR/vllm_rollout_qwen3-1.7b.log 2>&1" ;;
     grpo-speed-8b) background grpo-speed-8b "while [ -f $W/grpo-speed.log ] && [ ! -f $W/grpo-speed.done ]; do sleep 2; done; \
       $B models --out $W/models --shapes qwen3-8b-shape; \
-      $B suite targets-8b --models $W/models --gpus 0 --out $G --timeout 600 --deadline ${SPEED8_S:-1800}" ;;
+      $B suite targets-8b --models $W/models --gpus 0 --out $SPEED_DIR --timeout 600 --deadline ${SPEED8_S:-1800}" ;;
     wait-grpo-speed)
       started grpo-speed grpo-speed-8b || continue
       end=$(( $(date +%s) + ${WAIT_S:-500} ))
@@ -91,7 +95,7 @@ for p in ('transformers','trl','peft','accelerate','datasets','bitsandbytes','un
         [ $(date +%s) -ge $end ] && break; progress grpo_speed; sleep 20
       done
       tail -3 $W/grpo-speed.log $W/grpo-speed-8b.log 2>/dev/null; cat $W/grpo-speed*.done 2>/dev/null ;;
-    report-speed) $B report $G --out $W/grpo_step.json && cp $W/grpo_step.json $OUT/ && $B table $G ;;
+    report-speed) $B report $SPEED_DIR --out $W/grpo_step.json && cp $W/grpo_step.json $OUT/ && $B table $SPEED_DIR ;;
     # seed-sft: the data and sft-W alone (TRL and SmolLM2 suffice: it can run while the vLLM parts still travel);
     # seed-regime: after seed-sft (if started) and BEFORE_SEED, the whole experiment (sft-W is then skipped), its
     # four checkpoints evaluated through vLLM if an eval-speed run's vLLM evaluation finished, else transformers
@@ -129,13 +133,13 @@ for p in ('transformers','trl','peft','accelerate','datasets','bitsandbytes','un
       background gsm8k-lease1 "while [ ! -f $W/gsm8k-sft.done ] || [ ! -f /tmp/dev/done.vllm ]; do sleep 2; done; \
         $SEEDG $PILOTS --only-arms grpo_a" ;;
     gsm8k-bring-back)  # lease 1's sft-W adapter, in parts of <= 15 MiB under $OUT, and its hash
-      ad=$(python3 -c "import json; print(json.load(open('$G/progress.json'))['steps']['sft_w']['run_dir'])")/sft
+      ad=$(python3 -c "import json; print(json.load(open('$GSM8K_DIR/progress.json'))['steps']['sft_w']['run_dir'])")/sft
       python3 -c "from pipelines.experiments.seed_regime import adapter_sha256; print(adapter_sha256('$ad'))" > $OUT/sft_w.sha256
       tar czf - -C / ${ad#/} | split -b 15M - $OUT/sft_w.tgz.part-; ls -l $OUT; cat $OUT/sft_w.sha256 ;;
     gsm8k-restore)  # lease 2: lease 1's work folder (its bench tgz: no weights, no data) and sft-W's adapter
       tar xzf $(ls .carry/lease1/bench_*.tgz | tail -1) -C $W ./seed_gsm8k && cat .carry/lease1/sft_w.tgz.part-* \
         | tar xzf - -C / && python3 -c "from pipelines.experiments.seed_regime import carried_sft_w; from pathlib import \
-Path; carried_sft_w(Path('$G'), open('.carry/lease1/sft_w.sha256').read().strip()); print('sft-W restored, hash ok')" ;;
+Path; carried_sft_w(Path('$GSM8K_DIR'), open('.carry/lease1/sft_w.sha256').read().strip()); print('sft-W restored, hash ok')" ;;
     gsm8k-lease2)  # lease 2: the two SFT arms from the carried sft-W (hash checked first), all evaluations, the report
       background gsm8k-lease2 "$SEEDG $PILOTS --sft-w-sha256 $(cat .carry/lease1/sft_w.sha256 2>/dev/null)" ;;
     wait-gsm8k)  # follows the newest gsm8k job until done or WAIT_S
@@ -143,7 +147,7 @@ Path; carried_sft_w(Path('$G'), open('.carry/lease1/sft_w.sha256').read().strip(
       started $job || continue
       end=$(( $(date +%s) + ${WAIT_S:-500} ))
       while [ ! -f $W/$job.done ] && [ $(date +%s) -lt $end ]; do
-        echo "$(date +%H:%M:%S) $job $(python3 -c "import json; p=json.load(open('$G/progress.json'))['steps']; print(*[k + ':' + v['state'] for k, v in p.items()])" 2>/dev/null) | $(tail -1 $W/$job.log | cut -c1-150)"
+        echo "$(date +%H:%M:%S) $job $(python3 -c "import json; p=json.load(open('$GSM8K_DIR/progress.json'))['steps']; print(*[k + ':' + v['state'] for k, v in p.items()])" 2>/dev/null) | $(tail -1 $W/$job.log | cut -c1-150)"
         sleep 20
       done
       [ -f $W/$job.done ] && { echo "$job done: $(cat $W/$job.done)"; tail -40 $W/$job.log; } ;;
@@ -157,9 +161,10 @@ Path; carried_sft_w(Path('$G'), open('.carry/lease1/sft_w.sha256').read().strip(
       [ -f $W/seed-regime.done ] && { echo "seed regime done: $(cat $W/seed-regime.done)"; tail -40 $W/seed-regime.log; } ;;
   esac
 done
+versions; echo "packages here: $(tr '\n' ' ' < $W/versions.txt)"
 # pack every log and result so far (no weights, no checkpoints) and show every run
 # (GSM8K and the sets drawn from it stay out: the tgz's logs go into the repo)
 tar czf $OUT/bench_$(date +%H%M%S).tgz -C $W --exclude=./gsm8k --exclude=./seed_gsm8k/data --exclude='*.safetensors' --exclude=space_data/hf --exclude=./space_data/cache/compile --exclude=./space_data/cache/models --exclude='*.parquet' --exclude='*.bin' --exclude='*.pt' \
   --exclude='*.pth' --exclude=checkpoints --exclude=models --exclude='*.gguf' --exclude=tokenizer.json --exclude=vocab.json \
   --exclude=merges.txt --exclude='unsloth_compiled*' . 2>/dev/null
-$B table $W/speed > $W/table.md 2>/dev/null; cat $W/table.md
+for d in $W/speed $SPEED_DIR; do [ -d $d/results ] && $B table $d; done > $W/table.md 2>/dev/null; cat $W/table.md

@@ -419,3 +419,15 @@ def test_device_run_has_every_step_the_rerun_instructions_name():
         for step in line.split():
             assert step in steps, step
     assert {"grpo-speed", "grpo-speed-8b", "wait-grpo-speed", "report-speed"} <= steps
+
+
+def test_device_run_gives_each_experiment_its_own_folder():
+    """A name set twice at the top of the script sends the first user's results into the second's folder (issue 24's
+    runs once went into the GSM8K work folder, where its progress line never found them)."""
+    import collections
+    import re
+
+    script = (gpu_grpo.ROOT / "benchmarks" / "device_run.sh").read_text()
+    names = collections.Counter(re.findall(r"^([A-Z][A-Z0-9_]*)=", script, re.M))
+    assert not [n for n, count in names.items() if count > 1], names
+    assert "--out $SPEED_DIR" in script and "--work $GSM8K_DIR" in script
