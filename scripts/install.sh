@@ -37,6 +37,7 @@ fi
 
 if [ $want_test = 1 ]; then
   "$PY" -m pip install -q -r requirements-test.txt
+  "$PY" -m pip install -q --no-deps -r requirements-scale-out.txt
   if ! command -v chromium >/dev/null; then
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
     $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null

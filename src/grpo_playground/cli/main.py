@@ -4,6 +4,7 @@
     grpo-playground eval --model tiny --n 20
     grpo-playground export --run runs/RUN_ID --gguf q4_k_m
     grpo-playground data --source generator:train --n 5
+    grpo-playground scale-out --config smollm2 --out scale_out/smollm2
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import importlib
 import sys
 
 COMMANDS = {"train": "train a run from a recipe (SFT then GRPO)", "eval": "evaluate a model on a data source",
-            "export": "export a run or a model to GGUF", "data": "load a data source and show a sample"}
+            "export": "export a run or a model to GGUF", "data": "load a data source and show a sample",
+            "scale-out": "write a recipe or a run as a verl / OpenRLHF GRPO job"}
 
 
 def usage() -> str:
-    listing = "\n".join(f"  {name:<7} {what}" for name, what in COMMANDS.items())
+    listing = "\n".join(f"  {name:<9} {what}" for name, what in COMMANDS.items())
     return f"usage: grpo-playground COMMAND [ARGS] (COMMAND --help for its arguments)\n\ncommands:\n{listing}"
 
 
@@ -29,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         unknown = f"\n\nerror: unknown command {argv[0]!r}: use one of {', '.join(COMMANDS)}" if argv else ""
         print(usage() + unknown, file=sys.stderr)
         return 2
-    return importlib.import_module(f"grpo_playground.cli.{argv[0]}").main(argv[1:])
+    return importlib.import_module(f"grpo_playground.cli.{argv[0].replace('-', '_')}").main(argv[1:])
 
 
 if __name__ == "__main__":
