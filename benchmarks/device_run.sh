@@ -8,7 +8,7 @@
 # experiment, in the background) and wait-seed (follows it until done or WAIT_S); grpo-speed (issue 24's small rows and
 # the plain vllm.LLM.generate of their batches), grpo-speed-8b (its Qwen3-8B rows, after grpo-speed), wait-grpo-speed
 # (follows both until done or WAIT_S) and report-speed (their results/gpu/grpo_step.json into $OUT); gsm8k-data,
-# gsm8k-sft, gsm8k-lease1, gsm8k-bring-back, gsm8k-restore, gsm8k-lease2 and wait-gsm8k (issue 20, two leases;
+# gsm8k-sft, gsm8k-lease1, gsm8k-bring-back(-grpo), gsm8k-restore, gsm8k-lease2 and wait-gsm8k (issue 20, two leases;
 # BENCHMARKS.md); space-e2e (the app itself through its
 # API, benchmarks/space_e2e.py, in the background) and wait-e2e (follows it until done or WAIT_S). Results go under /tmp/bench (kept while the
 # machine stays warm); each call packs every log and result so far (no weights) into $OUT/bench_<time>.tgz and prints
@@ -31,7 +31,7 @@ PILOTS=${PILOTS:-"--pilot recipe --pilot lr4e-5:grpo.learning_rate=4e-5 \
 SEEDG="python3 -m pipelines.experiments.seed_regime --recipe benchmarks/recipes/smollm2_seed_regime_gpu.yaml \
   --worked 'generator:train?levels=1-2' --answers gsm8k:$W/gsm8k/train.jsonl --n-answers 7000 --n-pilot 300 \
   --eval-data gsm8k:$W/gsm8k/test.jsonl --n-eval 1319 --eval-data-2 'generator:test?levels=1-2' --n-eval-2 600 \
-  --minutes ${SEED_MINUTES:-10} --pilot-minutes ${PILOT_MINUTES:-1.5} --max-rounds 5 --eval-backend vllm \
+  --minutes ${SEED_MINUTES:-10} --pilot-minutes ${PILOT_MINUTES:-1} --max-rounds 5 --eval-backend vllm \
   --set grpo.max_completion_length=256 --work $GSM8K_DIR --out $W/learning_seed_regime_gsm8k_gpu"
 versions() {  # the packages importable now, from their metadata (no import): refreshed at the end of every call,
   # since the first call's env step runs before the later bundles (vLLM among them) have arrived
@@ -51,6 +51,17 @@ started() {  # NAME...: whether one of these background jobs was started on this
   # between two calls comes back bare, and waiting WAIT_S for a job it never ran burns the call's device time
   local n; for n in "$@"; do [ -f $W/$n.log ] && return 0; done
   echo "none of '$*' was started on this machine (given back between calls?): start them again"; return 1
+}
+bring_back() {  # NAME STEP SUBDIR: once progress.json says STEP is done (waiting up to WAIT_S), the adapter RUN_DIR/SUBDIR
+  # under $OUT as NAME.tgz.part-* (<= 15 MiB each, absolute paths) with its hash in NAME.sha256
+  local name=$1 step=$2 sub=$3 run end=$(( $(date +%s) + ${WAIT_S:-300} ))
+  until run=$(python3 -c "import json, sys; e = json.load(open('$GSM8K_DIR/progress.json'))['steps'].get('$step', {}); \
+print(e['run_dir']) if e.get('state') == 'done' else sys.exit(1)" 2>/dev/null); do
+    [ $(date +%s) -ge $end ] && { echo "$step is not done after ${WAIT_S:-300} s: bring $name back in a later call"; return 1; }
+    sleep 10
+  done
+  python3 -c "from pipelines.experiments.seed_regime import adapter_sha256; print(adapter_sha256('$run/$sub'))" > $OUT/$name.sha256 || return 1
+  tar czf - -C / ${run#/}/$sub | split -b 15M - $OUT/$name.tgz.part-; ls -l $OUT; cat $OUT/$name.sha256
 }
 progress() {  # the newest run's last log lines (under $W/${1:-speed})
   local log; log=$(ls -t $W/${1:-speed}/runs/*/log.txt 2>/dev/null | head -1)
@@ -125,25 +136,28 @@ torch.cuda.device_count())"; } > $W/env.txt 2>&1; grep -v "^|" $W/env.txt | tail
         echo "$(date +%H:%M:%S) $(grep '^\[e2e\]' $W/space-e2e.log | tail -1 | cut -c1-220)"; sleep 15
       done
       grep '^\[e2e\]' $W/space-e2e.log | cut -c1-400; [ -f $W/space-e2e.done ] && cat $W/space-e2e.done ;;
-    gsm8k-data)  # the carried GSM8K files to $W/gsm8k (kept while the machine stays warm)
+    gsm8k-data)  # the carried GSM8K files to $W/gsm8k (kept while the machine stays warm). Carry .carry/gsm8k in a call
+      # of its own: with the tracked tree, a 50 MiB part and GSM8K are over a call's 64 MiB
       mkdir -p $W/gsm8k && cp .carry/gsm8k/train.jsonl .carry/gsm8k/test.jsonl $W/gsm8k/ || exit 1
       wc -l $W/gsm8k/*.jsonl ;;
-    gsm8k-sft) background gsm8k-sft "$SEEDG --only-sft-w" ;;  # lease 1, TRL + SmolLM2 suffice (after .whlp3)
+    gsm8k-sft) background gsm8k-sft "$SEEDG --only-sft-w" ;;  # lease 1, TRL + SmolLM2 suffice (after .whlp2)
     gsm8k-lease1)  # lease 1: once sft-W and vLLM are there, the pilots, then the GRPO arm; both scored, no report yet
       background gsm8k-lease1 "while [ ! -f $W/gsm8k-sft.done ] || [ ! -f /tmp/dev/done.vllm ]; do sleep 2; done; \
         $SEEDG $PILOTS --only-arms grpo_a" ;;
-    gsm8k-bring-back)  # lease 1's sft-W adapter, in parts of <= 15 MiB under $OUT, and its hash
-      ad=$(python3 -c "import json; print(json.load(open('$GSM8K_DIR/progress.json'))['steps']['sft_w']['run_dir'])")/sft
-      python3 -c "from pipelines.experiments.seed_regime import adapter_sha256; print(adapter_sha256('$ad'))" > $OUT/sft_w.sha256
-      tar czf - -C / ${ad#/} | split -b 15M - $OUT/sft_w.tgz.part-; ls -l $OUT; cat $OUT/sft_w.sha256 ;;
-    gsm8k-restore)  # lease 2: lease 1's work folder (its bench tgz: no weights, no data) and sft-W's adapter
-      tar xzf $(ls .carry/lease1/bench_*.tgz | tail -1) -C $W ./seed_gsm8k && cat .carry/lease1/sft_w.tgz.part-* \
-        | tar xzf - -C / && python3 -c "from pipelines.experiments.seed_regime import carried_sft_w; from pathlib import \
-Path; carried_sft_w(Path('$GSM8K_DIR'), open('.carry/lease1/sft_w.sha256').read().strip()); print('sft-W restored, hash ok')" ;;
+    gsm8k-bring-back) bring_back sft_w sft_w sft ;;  # lease 1's sft-W, as soon as it is trained: lease 2 starts from it
+    gsm8k-bring-back-grpo) bring_back grpo_a sft_w+grpo_a grpo ;;  # the GRPO arm: lease 2 scores it if lease 1 could not
+    gsm8k-restore)  # lease 2: lease 1's work folder (its bench tgz: no weights, no data), sft-W's adapter and GRPO's
+      tar xzf $(ls .carry/lease1/bench_*.tgz | tail -1) -C $W ./seed_gsm8k || exit 1
+      for name in sft_w grpo_a; do  # grpo_a only when lease 1 could not score it (carried in .carry/lease1grpo)
+        parts=$(ls .carry/lease1*/$name.tgz.part-* 2>/dev/null) || continue
+        cat $parts | tar xzf - -C / || exit 1; echo "$name restored"
+      done
+      python3 -c "from pipelines.experiments.seed_regime import carried_sft_w; from pathlib import Path; \
+carried_sft_w(Path('$GSM8K_DIR'), open('.carry/lease1/sft_w.sha256').read().strip()); print('sft-W hash ok')" ;;
     gsm8k-lease2)  # lease 2: the two SFT arms from the carried sft-W (hash checked first), all evaluations, the report
       background gsm8k-lease2 "$SEEDG $PILOTS --sft-w-sha256 $(cat .carry/lease1/sft_w.sha256 2>/dev/null)" ;;
-    wait-gsm8k)  # follows the newest gsm8k job until done or WAIT_S
-      job=$(ls -t $W/gsm8k-lease*.log $W/gsm8k-sft.log 2>/dev/null | head -1); job=$(basename ${job:-none} .log)
+    wait-gsm8k)  # follows the latest stage of the experiment started here (lease2, else lease1, else sft-W)
+      job=none; for j in gsm8k-lease2 gsm8k-lease1 gsm8k-sft; do [ -f $W/$j.log ] && { job=$j; break; }; done
       started $job || continue
       end=$(( $(date +%s) + ${WAIT_S:-500} ))
       while [ ! -f $W/$job.done ] && [ $(date +%s) -lt $end ]; do

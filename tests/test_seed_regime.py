@@ -140,6 +140,14 @@ def test_a_carried_sft_w_with_another_hash_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         seed_regime.parse_args(["--pilot", "lr:sft.learning_rate=1"])
     assert "NAME:grpo.KEY=VALUE" in capsys.readouterr().err
+    adapter = tmp_path / "sft_w_round0" / "sft"
+    adapter.mkdir(parents=True)
+    (adapter / "adapter_config.json").write_text("{}")
+    seed_regime.mark(tmp_path, "sft_w", "done", tmp_path / "sft_w_round0", base_sha256="a" * 64)
+    found = seed_regime.adapter_sha256(adapter)
+    seed_regime.carried_sft_w(tmp_path, found, "a" * 64)  # the same adapter on the same base: accepted
+    with pytest.raises(SystemExit, match="not the a+ sft-W was trained on"):
+        seed_regime.carried_sft_w(tmp_path, found, "b" * 64)
 
 
 @pytest.mark.slow
@@ -188,3 +196,32 @@ def test_gsm8k_regime_split_over_two_leases_starts_every_arm_from_one_checkpoint
     md = out.with_suffix(".md").read_text()
     assert "accuracy % on `generator:test?levels=1`" in md and md.count("paired on the same prompts") == 2
     assert f"sha256 {sft_hash[:16]}... (checked at each arm)" in md and "| hot |" in md
+
+
+def test_vllm_scoring_asks_the_eval_cli_for_a_batch_it_takes(tmp_path, monkeypatch):
+    """All 1,319 GSM8K test prompts through vLLM: the eval CLI takes at most MAX_BATCH a batch (it refused 1,319)."""
+    from grpo_playground.cli.args import EvalArgs
+    from grpo_playground.eval.runner import MAX_BATCH, _check_bounds
+
+    commands = []
+
+    def fake_run(command, log):
+        commands.append(command)
+        (tmp_path / "a.json").write_text("{}")
+
+    monkeypatch.setattr(seed_regime, "run", fake_run)
+    seed_regime.evaluate_together({"a": "tiny"}, {"a": tmp_path / "a.json"}, 1319, 256, "generator:test", 0, "vllm")
+    args = EvalArgs.parse_args(commands[0][commands[0].index(EvalArgs.MODULE) + 1:])
+    assert args.batch_size == MAX_BATCH and args.n == 1319
+    _check_bounds(args.n, args.batch_size, args.max_new_tokens)  # what the CLI checks before its engine starts
+
+
+def test_the_report_lists_a_failed_pilot_beside_the_ones_that_trained():
+    result = json.loads((Path(__file__).resolve().parents[1] / "results" / "learning_seed_regime_gpu.json").read_text())
+    curve = {"rewards/check_answer/mean": [0.1, 0.2, 0.3, 0.4], "frac_reward_zero_std": [0.5, 0.4, 0.3, 0.2]}
+    result["pilots"] = {"minutes": 1.5, "n": 300, "chosen": "recipe", "overrides": [], "runs": [
+        {"name": "recipe", "overrides": [], "steps": 40, "seconds": 90, "reward": curve, "accuracy": 0.5,
+         "accuracy_se": 0.03, "minus_chosen": None},
+        {"name": "lr4e-5", "overrides": ["grpo.learning_rate=4e-5"], "failed": "pipelines.train failed (exit 1): NaN"}]}
+    md = seed_regime.report(result)
+    assert "| recipe | the recipe | 40 |" in md and "| lr4e-5 | grpo.learning_rate=4e-5 | failed: pipelines.train" in md

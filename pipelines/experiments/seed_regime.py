@@ -47,7 +47,7 @@ from pathlib import Path
 from grpo_playground.cli.args import CompareArgs, EvalArgs
 from grpo_playground.run_layout import METRICS_FILE, PREFLIGHT_FILE, PROGRESS_FILE, read_json, read_status, write_json_atomic
 
-from pipelines.experiments.tiny_cpu_learning import (_pct, _weights_sha256, level_table, paired_difference, run,
+from pipelines.experiments.tiny_cpu_learning import (_pct, _weights_sha256, eval_batch, level_table, paired_difference, run,
                                                      train)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -261,8 +261,9 @@ def adapter_sha256(adapter: str | Path) -> str:
     return digest.hexdigest()
 
 
-def carried_sft_w(work: Path, expected: str) -> None:
-    """Refuse to start unless the finished sft-W in `work` (carried from an earlier lease) has the expected hash."""
+def carried_sft_w(work: Path, expected: str, base_sha256: str | None = None) -> None:
+    """Refuse to start unless the finished sft-W in `work` (carried from an earlier lease) has the expected hash, and
+    (given `base_sha256`) sits on the base weights it was trained on: each lease converts the base model anew."""
     entry = (read_json(work / PROGRESS_FILE) or {}).get("steps", {}).get("sft_w", {})
     adapter = Path(entry.get("run_dir", work / "sft_w_round0")) / "sft"
     if entry.get("state") != "done" or not adapter.is_dir():
@@ -273,6 +274,9 @@ def carried_sft_w(work: Path, expected: str) -> None:
     if found != expected:
         raise SystemExit(f"sft-W adapter {adapter} has sha256 {found}, not the {expected} every arm must start from: "
                          "carry the adapter that the earlier lease brought back, unchanged")
+    if base_sha256 and entry.get("base_sha256") and entry["base_sha256"] != base_sha256:
+        raise SystemExit(f"the base model's weights here have sha256 {base_sha256}, not the {entry['base_sha256']} "
+                         "sft-W was trained on: use the same model and package versions as the earlier lease")
 
 
 def pilot_spec(text: str) -> tuple[str, list[str]]:
@@ -329,8 +333,7 @@ def evaluate_together(models: dict[str, str], outs: dict[str, Path], n: int, max
     all of them); a checkpoint whose file exists is read back, not scored again."""
     missing = [name for name in models if not outs[name].exists()]
     if missing:
-        batch = n if backend == "vllm" else 64  # vLLM schedules its own batches: give it every prompt at once
-        command = EvalArgs(tuple(models[m] for m in missing), data, n, batch, max_new_tokens, seed=seed,
+        command = EvalArgs(tuple(models[m] for m in missing), data, n, eval_batch(n, backend), max_new_tokens, seed=seed,
                            backend=backend, out=tuple(outs[m] for m in missing)).command()
         run(command, outs[missing[0]].with_suffix(".log"))
     return {name: json.loads(outs[name].read_text()) for name in models}
@@ -357,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = apply_overrides(load_recipe(args.recipe), args.overrides)
     work = args.work.resolve()
     if args.sft_w_sha256:  # before anything runs: a wrong carried checkpoint costs no device time
-        carried_sft_w(work, args.sft_w_sha256)
+        carried_sft_w(work, args.sft_w_sha256, _weights_sha256(cfg.model.name_or_path))
     data_dir = work / "data"
     mark(work, "data", "running")
     sets = build_sets(args, cfg, data_dir)
@@ -371,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
 
     sft = sft_until_format(args, cfg, work, worked_spec, check_data)
     sft_hash = adapter_sha256(sft["adapter"])
-    mark(work, "sft_w", "done", rounds=sft["rounds"], sha256=sft_hash)  # every round's format rate, the last one's too
+    mark(work, "sft_w", "done", rounds=sft["rounds"], sha256=sft_hash,  # every round's format rate, the last one's too
+         base_sha256=_weights_sha256(cfg.model.name_or_path))
     print(f"sft-W adapter {sft['adapter']} sha256 {sft_hash}", flush=True)
     if args.only_sft_w:
         return 0
@@ -556,6 +560,10 @@ def report(r: dict) -> str:
                   "| pilot | settings | steps | check_answer by quarter | zero-std groups | pilot accuracy % | minus chosen |",
                   "|---|---|---|---|---|---|---|"]
         for run in pl["runs"]:
+            if "failed" in run:  # diverged or crashed: its answer is that it failed
+                lines.append(f"| {run['name']} | {', '.join(run['overrides']) or 'the recipe'} | failed: "
+                             f"{run['failed'][:120]} | - | - | - | - |")
+                continue
             d = run["minus_chosen"]
             lines.append(f"| {run['name']} | {', '.join(run['overrides']) or 'the recipe'} | {run['steps']} | "
                          + " -> ".join("-" if v is None else f"{v:g}" for v in run["reward"]["rewards/check_answer/mean"])

@@ -55,11 +55,19 @@ def train(recipe: Path, run_dir: Path, stage: str, overrides: list[str]) -> dict
     return read_status(run_dir)
 
 
+def eval_batch(n: int, backend: str) -> int:
+    """The eval CLI's --batch-size: vLLM schedules its own batches, so it gets as many prompts as the CLI takes at
+    once (1,319 GSM8K test prompts are more than that)."""
+    from grpo_playground.eval.runner import MAX_BATCH
+
+    return min(n, MAX_BATCH) if backend == "vllm" else 64
+
+
 def evaluate(model: str, out: Path, n: int, max_new_tokens: int, data: str, seed: int,
              backend: str = "transformers") -> dict:
     if not out.exists():
-        batch = n if backend == "vllm" else 64  # vLLM schedules its own batches: give it every prompt at once
-        command = EvalArgs((model,), data, n, batch, max_new_tokens, seed=seed, backend=backend, out=(out,)).command()
+        command = EvalArgs((model,), data, n, eval_batch(n, backend), max_new_tokens, seed=seed, backend=backend,
+                           out=(out,)).command()
         run(command, out.with_suffix(".log"))
     return json.loads(out.read_text())
 

@@ -105,6 +105,7 @@ def evaluate_each(models: list[str], backend: str = "transformers", device: str 
                   dtype: str | None = None, **kwargs):
     """evaluate() each model in turn, yielding its result; checkpoints a started engine can switch to (vLLM: the
     base and its adapters) share it, so three checkpoints of one run cost one engine start."""
+    _check_bounds(kwargs.get("n", 100), kwargs.get("batch_size", 16), kwargs.get("max_new_tokens", 256))  # before an engine starts
     engine = None
     for i, model in enumerate(models):
         began, started_one = time.monotonic(), False
