@@ -24,6 +24,7 @@ import argparse
 import json
 import math
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -132,9 +133,14 @@ def write_shape_models(out: Path, names=SMALL_SHAPES) -> list[Path]:
             device = "cuda" if torch.cuda.is_available() else "cpu"
             with torch.device(device):
                 model = Qwen3ForCausalLM(Qwen3Config(**SHAPES[name])).to(torch.bfloat16)
-            model.save_pretrained(target)
+            # written beside, then renamed: save_pretrained writes config.json before the weights (16 GB at 8B),
+            # and a cut write must not look like a model to the next call
+            partial = target.with_name(f".{name}.partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            model.save_pretrained(partial)
             for f in tokenizer_files.iterdir():
-                shutil.copy(f, target / f.name)
+                shutil.copy(f, partial / f.name)
+            partial.rename(target)
             del model
         written.append(target)
     return written
@@ -348,11 +354,12 @@ def run_one(spec: RunSpec, out: Path, models_dir: Path | None, gpus: str, timeou
     with open(run_dir / "log.txt", "w") as log:
         proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         ACTIVE.add(proc)
+        timed_out = False
         try:
             returncode = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-            returncode = proc.wait()
+            returncode, timed_out = proc.wait(), True
         finally:
             ACTIVE.discard(proc)
     wall = time.time() - started
@@ -361,7 +368,8 @@ def run_one(spec: RunSpec, out: Path, models_dir: Path | None, gpus: str, timeou
     metrics = [json.loads(line) for line in _lines(run_dir / "metrics.jsonl")]
     label = f"{Path(spec.recipe).stem} recipe: {mode.label}" if spec.recipe else mode.label
     result = {"label": spec.label, **asdict(spec), "mode_label": label, "gpus": gpus, "returncode": returncode,
-              "state": status.get("state", "timeout" if wall >= timeout_s else "unknown"),
+              # a killed job's status.json still says "running"
+              "state": "timeout" if timed_out else status.get("state", "unknown"),
               "reason": status.get("reason", ""), "wall_s": round(wall, 1), **summarize(metrics, spec.num_gpus)}
     used = [int(i) for i in gpus.split(",") if i.strip().isdigit()]
     if peaks and used:
@@ -434,11 +442,13 @@ def suite(name: str) -> list[list[RunSpec]]:
         # The recipe's gpu_memory_utilization 0.7 is of the card (99 GB on an H200): TRL's bf16 copy beside it would
         # not fit, so its row gets what grpo_playground.vllm_memory sizes for it on an H200 (0.2); the last row is the
         # recipe at its own sized share (0.12 in 4-bit), for the <= 40 GiB target.
-        return [[RunSpec("qwen3-8b-shape", "recipe", 1024, prompts=1, steps=WARMUP_STEPS + 8, recipe=SEED_RECIPE),
-                 RunSpec("qwen3-8b-shape", "trl-vllm", 1024, prompts=1, steps=WARMUP_STEPS + 8,
+        # The proven TRL path first; then the recipe's 4-bit path, never run on a GPU: if its import chain still lacks
+        # a module, the lane skips its second row (run_lanes).
+        return [[RunSpec("qwen3-8b-shape", "trl-vllm", 1024, prompts=1, steps=WARMUP_STEPS + 8,
                          vllm_share=0.2, recipe=SEED_RECIPE),
                  RunSpec("qwen3-8b-shape", "recipe", 1024, prompts=1, steps=WARMUP_STEPS + 8, vllm_share=0.12,
-                         recipe=SEED_RECIPE)]]
+                         recipe=SEED_RECIPE),
+                 RunSpec("qwen3-8b-shape", "recipe", 1024, prompts=1, steps=WARMUP_STEPS + 8, recipe=SEED_RECIPE)]]
     raise ValueError(f"unknown suite {name!r}: use one of {', '.join(SUITES)}")
 
 
@@ -450,13 +460,24 @@ def run_lanes(lanes: list[list[RunSpec]], out: Path, models_dir: Path | None, gp
     end = time.time() + deadline_s
 
     def lane_worker(lane, first_gpu):
+        broken: dict[str, str] = {}  # mode -> the module it could not import: its later rows would fail the same way
         for spec in lane:
             left = end - time.time()
             if left < 45:
                 print(f"{spec.label}: skipped, {left:.0f} s left before the deadline", flush=True)
                 continue
+            if spec.mode in broken:
+                print(f"{spec.label}: skipped, {spec.mode} could not import {broken[spec.mode]}", flush=True)
+                continue
             gpus = ",".join(gpu_ids[first_gpu:first_gpu + spec.num_gpus])
-            result = run_one(spec, out, models_dir, gpus, min(timeout_s, left))
+            try:
+                result = run_one(spec, out, models_dir, gpus, min(timeout_s, left))
+            except Exception as error:  # e.g. a model folder it cannot read: recorded, and the lane goes on
+                result = {"label": spec.label, **asdict(spec), "mode_label": spec.mode, "state": "error",
+                          "reason": f"{type(error).__name__}: {error}"}
+            missing = re.search(r"No module named '([^']+)'", f"{result.get('log_tail', '')} {result.get('reason')}")
+            if result["state"] != "finished" and missing:
+                broken[spec.mode] = missing.group(1)
             with lock:
                 results.append(result)
             print(f"{time.strftime('%H:%M:%S')} {spec.label}: {result['state']} step {result.get('step_s', '-')} s, "
@@ -560,6 +581,8 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--prompts", type=int, default=1)
             p.add_argument("--steps", type=int, default=3)
             p.add_argument("--num-gpus", type=int, default=1)
+            p.add_argument("--recipe", default=None, help="start from this shipped recipe (--mode recipe: as it is)")
+            p.add_argument("--vllm-share", type=float, default=None, help="model.gpu_memory_utilization")
         else:
             p.add_argument("name", choices=SUITES)
         p.add_argument("--models", type=Path, default=None, help="folder written by `models`")
@@ -572,6 +595,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("report", help="write the GPU speed issue's JSON (results/gpu/grpo_step.json) from result files")
     p.add_argument("dirs", type=Path, nargs="+")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--merge", action="store_true", help="keep the runs --out already holds that these dirs do not")
     args = parser.parse_args(argv)
 
     if args.command == "models":
@@ -587,12 +611,22 @@ def main(argv: list[str] | None = None) -> int:
             print(rollout_table(data["results"]))
         return 0
     if args.command == "report":
-        args.out.write_text(json.dumps(report(load_results(args.dirs), load_rollouts(args.dirs)), indent=1))
+        written = report(load_results(args.dirs), load_rollouts(args.dirs))
+        if args.merge and args.out.is_file():  # a lease's rows beside the earlier leases' (same label: the new one)
+            earlier = json.loads(args.out.read_text())
+            written["runs"] = {**earlier.get("runs", {}), **written["runs"]}
+            rollouts = {**earlier.get("plain_vllm_generate", {}), **written.get("plain_vllm_generate", {})}
+            if rollouts:
+                written["plain_vllm_generate"] = rollouts
+        args.out.write_text(json.dumps(written, indent=1))
         print(args.out)
         return 0
     gpu_ids = [g for g in args.gpus.split(",") if g.strip()]
     if args.command == "run":
-        lanes = [[RunSpec(args.model, args.mode, args.completion, args.prompts, steps=args.steps, num_gpus=args.num_gpus)]]
+        if args.mode == "recipe" and not args.recipe:
+            parser.error("--mode recipe needs --recipe (e.g. recipes/qwen3-8b.yaml)")
+        lanes = [[RunSpec(args.model, args.mode, args.completion, args.prompts, steps=args.steps, num_gpus=args.num_gpus,
+                          vllm_share=args.vllm_share, recipe=args.recipe)]]
     else:
         lanes = suite(args.name)
     signal.signal(signal.SIGTERM, _kill_active)

@@ -50,6 +50,23 @@ def test_report_names_the_issue_fields():
     assert entry["phases_s"]["rollout"] == 0.3 and entry["gen_tok_s"] == pytest.approx(8192 * 2 / 0.6)
 
 
+def test_report_merge_keeps_the_earlier_leases_rows(tmp_path):
+    """Issue 24's rows come from several leases into one results/gpu/grpo_step.json: a new lease's report must not
+    drop the rows it did not re-measure."""
+    result = {"label": "x", "mode": "trl-vllm", "model": "m", "completion": 128, "state": "finished",
+              **gpu_grpo.summarize(_rows([9.0, 1.0, 1.2, 0.8, 1.1], [8.0, 0.3, 0.4, 0.3, 0.3], [8192.0] * 5,
+                                         [1.0] * 5), 1)}
+    (tmp_path / "d" / "results").mkdir(parents=True)
+    (tmp_path / "d" / "results" / "x.json").write_text(json.dumps(result))
+    out = tmp_path / "grpo_step.json"
+    out.write_text(json.dumps({"runs": {"earlier": {"median_step_s": 1.9}, "x": {"median_step_s": 99.0}}}))
+    assert gpu_grpo.main(["report", str(tmp_path / "d"), "--out", str(out), "--merge"]) == 0
+    runs = json.loads(out.read_text())["runs"]
+    assert runs["earlier"] == {"median_step_s": 1.9} and runs["x"]["median_step_s"] == pytest.approx(0.95)
+    assert gpu_grpo.main(["report", str(tmp_path / "d"), "--out", str(out)]) == 0  # without --merge: this lease only
+    assert list(json.loads(out.read_text())["runs"]) == ["x"]
+
+
 def statistics_median(values):
     import statistics
 
@@ -280,6 +297,29 @@ def test_lanes_take_turns_when_there_are_fewer_gpus(monkeypatch, tmp_path):
     assert ran == []
 
 
+def test_a_lane_skips_the_rows_of_a_mode_that_could_not_import_and_survives_a_script_error(monkeypatch, tmp_path):
+    """The 8B lane: a 4-bit row whose import chain lacks a module fails its second row the same way (10 minutes of
+    an 8B start each); an exception in this script (a half-written model folder) must not end the lane's thread."""
+    ran = []
+
+    def fake(spec, out, models, gpus, timeout):
+        ran.append(spec.label)
+        if spec.model == "broken":
+            raise ValueError("models/broken holds no .safetensors weights")
+        if spec.mode == "recipe":
+            return {"state": "failed", "label": spec.label, "reason": "",
+                    "log_tail": "ModuleNotFoundError: No module named 'humming'\n"}
+        return {"state": "finished", "label": spec.label, "reason": ""}
+
+    monkeypatch.setattr(gpu_grpo, "run_one", fake)
+    lane = [gpu_grpo.RunSpec("broken", "trl-vllm", 8), gpu_grpo.RunSpec("m", "recipe", 8, vllm_share=0.12),
+            gpu_grpo.RunSpec("m", "recipe", 8), gpu_grpo.RunSpec("m", "trl-vllm", 8)]
+    results = gpu_grpo.run_lanes([lane], tmp_path, None, ["0"], timeout_s=10)
+    assert ran == [lane[0].label, lane[1].label, lane[3].label]  # the second 4-bit row never starts
+    assert [r["state"] for r in results] == ["error", "failed", "finished"]
+    assert "holds no .safetensors" in results[0]["reason"]
+
+
 @pytest.mark.slow
 def test_grpo_job_runs_as_two_ddp_processes_that_write_one_run_folder(tmp_path):
     """The multi-GPU launch line, on two CPU processes (gloo): one run folder, metrics written once, tokens of both."""
@@ -332,7 +372,7 @@ def test_issue_24_suites_ask_for_the_target_rows():
     big = gpu_grpo.suite("targets-8b")[0]
     assert all((s.model, s.prompts, s.completion, s.recipe) == ("qwen3-8b-shape", 1, 1024, gpu_grpo.SEED_RECIPE)
                for s in big)
-    assert [s.mode for s in big] == ["recipe", "trl-vllm", "recipe"] and big[0].vllm_share is None
+    assert [s.mode for s in big] == ["trl-vllm", "recipe", "recipe"] and big[2].vllm_share is None
     assert all(s.steps - gpu_grpo.WARMUP_STEPS >= 8 for s in big)
     assert len({s.label for s in small + big}) == len(small + big)
 
