@@ -205,3 +205,14 @@ def test_bad_input_says_what_is_wrong_and_writes_nothing(tmp_path, written):
     proc = scale_out("--config", "no-such-recipe", "--out", str(tmp_path / "c"))
     assert proc.returncode == 2 and "error:" in proc.stderr and not (tmp_path / "c").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left behind
+
+
+def test_the_reward_file_needs_only_this_package_and_regex(written):
+    """What docs/scale_out.md says to install where the trainer runs: this package (no dependencies) and regex."""
+    code = ("import sys, importlib.util\nbefore = set(sys.modules)\n"
+            f"spec = importlib.util.spec_from_file_location('r', {str(written / 'reward.py')!r})\n"
+            "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+            "print(sorted({m.split('.')[0] for m in set(sys.modules) - before} - set(sys.stdlib_module_names)))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "['grpo_playground', 'regex']"

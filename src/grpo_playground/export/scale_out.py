@@ -106,8 +106,9 @@ def _loss_notes(cfg: RunConfig) -> list[str]:
         notes.append("grpo.top_entropy_quantile: neither trainer masks low-entropy tokens; all tokens train")
     if g.mask_truncated_completions:
         notes.append("grpo.mask_truncated_completions: not written; verl and OpenRLHF train on truncated completions")
-    notes.append(f"model.backend {cfg.model.backend} and load_in_4bit stay here: both trainers run bf16 LoRA "
-                 "with their own FSDP / DeepSpeed sharding")
+    if cfg.model.backend == "unsloth" or cfg.model.load_in_4bit:
+        notes.append(f"model.backend {cfg.model.backend}, load_in_4bit {cfg.model.load_in_4bit}: both trainers run "
+                     "bf16 LoRA with their own FSDP / DeepSpeed sharding instead")
     return notes
 
 
