@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from grpo_playground.child_process import python_child_env
-from grpo_playground.cli.args import CLIS, CompareArgs, EvalArgs, ExportArgs, TrainArgs
+from grpo_playground.cli.args import CLIS, CompareArgs, EvalArgs, ExportArgs, ScaleOutArgs, TrainArgs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,6 +27,7 @@ EVERY_FIELD_SET = [
              enable_thinking=True, seed=3, backend="vllm", device="cpu", out=(Path("a.json"), Path("b.json"))),
     ExportArgs(run="runs/x", stage="sft", gguf=("f16", "q8_0"), lora_gguf=True, out="o", push_to_hub="me/r",
                no_verify=True, verify_tokens=5),
+    ScaleOutArgs(Path("out dir"), run=Path("runs/x"), overrides=("grpo.max_steps=9",), n_eval=7, archive=True),
     CompareArgs(recipe=Path("r.yaml"), worked="openmath:w.parquet", answers="dapo:a.parquet", eval_data="gsm8k:e",
                 eval_seed=1, n_worked=2, n_answers=3, n_eval=4, minutes=0.25, round_steps=5, format_target=0.5,
                 max_rounds=6, preflight_prompts=7, eval_backend="vllm", control_lr=1e-5, only_sft_w=True,
@@ -34,7 +35,8 @@ EVERY_FIELD_SET = [
                 n_eval_2=8, n_pilot=9, pilots=("recipe", "lr:grpo.learning_rate=1e-5"), pilot_minutes=0.5,
                 only_arms=("grpo_a", "fresh_sft"), sft_w_sha256="ab" * 32),
 ]
-REQUIRED_ONLY = [TrainArgs(Path("r.yaml")), EvalArgs(("tiny",)), ExportArgs(model="tiny"), CompareArgs()]
+REQUIRED_ONLY = [TrainArgs(Path("r.yaml")), EvalArgs(("tiny",)), ExportArgs(model="tiny"),
+                 ScaleOutArgs(Path("o"), config="quick"), CompareArgs()]
 
 
 @pytest.mark.parametrize("args", EVERY_FIELD_SET + REQUIRED_ONLY, ids=lambda a: f"{type(a).__name__}")

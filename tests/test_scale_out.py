@@ -169,20 +169,28 @@ def test_the_openrlhf_script_parses_with_openrlhfs_own_arguments(written):
     assert not values["data.apply_chat_template"]  # the prompts are already rendered
 
 
-def test_a_run_starts_verl_from_its_sft_adapter(tmp_path):
+def make_sft_run(runs: Path) -> Path:
+    """A run folder as the job leaves it after SFT: a real PEFT adapter on `tiny`, the recipe, a finished status."""
     torch = pytest.importorskip("torch")
     from peft import LoraConfig, get_peft_model
 
     from grpo_playground.config import load_recipe, save_recipe
     from grpo_playground.contracts.shipped import recipe_path
     from grpo_playground.models import load_model_and_tokenizer
+    from grpo_playground.run_layout import new_run_id, write_status
 
     torch.manual_seed(0)
     model, tokenizer = load_model_and_tokenizer("tiny", device="cpu", trainable=False)
-    run = tmp_path / "runs" / "20260101-000000-scale-beef"
+    run = runs / new_run_id("scale")
     get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"])).save_pretrained(run / "sft")
     tokenizer.save_pretrained(run / "sft")
     save_recipe(load_recipe(recipe_path("quick")), run / "recipe.yaml")
+    write_status(run, state="finished", stage="sft")
+    return run
+
+
+def test_a_run_starts_verl_from_its_sft_adapter(tmp_path):
+    run = make_sft_run(tmp_path / "runs")
     out = tmp_path / "out"
     proc = scale_out("--run", str(run), "--out", str(out), "--n-eval", "5", "--set", "grpo.max_steps=40")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -190,6 +198,50 @@ def test_a_run_starts_verl_from_its_sft_adapter(tmp_path):
     assert config["actor_rollout_ref"]["model"]["lora_adapter_path"] == str((run / "sft").resolve())
     assert config["trainer"]["total_training_steps"] == 40
     assert "grpo-playground export --run" in proc.stdout  # OpenRLHF needs the merged SFT model: it says how
+
+
+def test_the_training_tab_writes_a_finished_run_as_a_job_to_download(tmp_path, monkeypatch):
+    """Owner only, a background job like an export; the run view then offers the zip, and says why one failed."""
+    import time
+    import zipfile
+
+    from grpo_playground.jobs.scale_outs import scale_out_state, start_scale_out
+    from grpo_playground.run_layout import write_status
+    from grpo_playground.ui import training_run_view
+    from grpo_playground.ui.training_api import api_status
+
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
+    monkeypatch.setenv("GRPO_PLAYGROUND_OWNER_TOKEN", "owner-secret")
+    run = make_sft_run(tmp_path)
+    with pytest.raises(PermissionError):
+        start_scale_out(run.name, "wrong")
+    write_status(run, state="running")
+    with pytest.raises(RuntimeError, match="scale it out once it has stopped or finished"):
+        start_scale_out(run.name, "owner-secret")
+    write_status(run, state="finished")
+
+    def finished() -> dict:
+        deadline = time.monotonic() + 240
+        while scale_out_state(run)["state"] in ("running", "none") and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return scale_out_state(run)
+
+    assert start_scale_out(run.name, "owner-secret")["state"] in ("running", "finished")
+    state = finished()
+    assert state["state"] == "finished", (run / "scale_out.log").read_text()[-2000:]
+    assert "reward.py" in {Path(n).name for n in zipfile.ZipFile(state["zip"]).namelist()}
+    assert api_status(run.name)["scale_out"]["zip"] == state["zip"]
+    tick = training_run_view.poll(run.name, None, None, None)
+    assert tick.scale_out_file["value"] == state["zip"] and tick.scale_out_file["visible"]
+    assert tick.scale_out_status.startswith("**Written:** `scale_out.zip`")
+    # an adapter vLLM (so verl) cannot load: the job fails and the tab says why, from the CLI's own words
+    config = json.loads((run / "sft" / "adapter_config.json").read_text())
+    (run / "sft" / "adapter_config.json").write_text(json.dumps({**config, "modules_to_save": ["embed_tokens"]}))
+    start_scale_out(run.name, "owner-secret")
+    state = finished()
+    assert state["state"] == "failed" and "verl cannot start from this adapter" in state["reason"]
+    assert not (run / "scale_out.zip").exists()  # the last attempt's zip went with it: nothing stale to download
+    assert "Scale-out failed" in training_run_view.poll(run.name, None, None, None).scale_out_status
 
 
 def test_bad_input_says_what_is_wrong_and_writes_nothing(tmp_path, written):

@@ -51,6 +51,17 @@ def test_score_api_without_custom_code_stays_open_to_visitors(owner, client):
     assert len(client.predict(GROUP, "42", api_name="/score")["data"]) == 2
 
 
+def test_scaling_out_a_run_needs_the_owner_token(owner, tmp_path, monkeypatch):
+    """It writes files on the server (a folder and a zip per run): the token is checked before the run is read."""
+    from grpo_playground.ui.training_api import api_scale_out
+
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
+    for guess in ("", "guess"):
+        with pytest.raises(gr.Error, match="needs the owner token"):
+            api_scale_out("20260101-000000-anyrun-beef", guess)
+    assert not list(tmp_path.iterdir())
+
+
 def test_start_checks_the_token_before_reading_the_recipe(owner):
     from grpo_playground.ui.training_api import api_start
 

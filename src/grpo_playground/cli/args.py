@@ -181,6 +181,23 @@ class ExportArgs(CliArgs):
 
 
 @dataclass(frozen=True)
+class ScaleOutArgs(CliArgs):
+    MODULE: ClassVar[str] = "grpo_playground.cli.scale_out"
+    COMMAND: ClassVar[str] = "scale-out"
+    DESCRIPTION: ClassVar[str] = ("Write a recipe, or a run's SFT checkpoint, as a verl or OpenRLHF GRPO job, scored "
+                                  "by the same reward functions (for when one GPU is not enough).")
+
+    out: Path = option(help="a new (or empty) folder to write")
+    config: str | None = option(None, group="source",
+                                help="a recipe file or a shipped recipe's name (quick, tiny-cpu, smollm2, qwen3-8b)")
+    run: Path | None = option(None, group="source", help="a run folder: its recipe, GRPO from its SFT adapter")
+    overrides: tuple[str, ...] = option((), flag="--set", many="append", metavar="SECTION.KEY=VALUE",
+                                        help="override a recipe key, e.g. grpo.max_steps=500 (repeatable)")
+    n_eval: int = option(500, help="held-out prompts written (from data.eval_source)")
+    archive: bool = option(False, flag="--zip", help="also write OUT.zip beside the folder (what the app offers)")
+
+
+@dataclass(frozen=True)
 class CompareArgs(CliArgs):
     MODULE: ClassVar[str] = "pipelines.experiments.seed_regime"
     DESCRIPTION: ClassVar[str] = ("GRPO in the seed's own data regime (worked solutions scarce, final answers "
@@ -232,4 +249,4 @@ class CompareArgs(CliArgs):
                                              "(e.g. grpo.learning_rate=1e-4)")
 
 
-CLIS = (TrainArgs, EvalArgs, ExportArgs, CompareArgs)
+CLIS = (TrainArgs, EvalArgs, ExportArgs, ScaleOutArgs, CompareArgs)

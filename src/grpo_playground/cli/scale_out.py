@@ -1,7 +1,7 @@
 """Write a recipe, or a run's SFT checkpoint, as a verl or OpenRLHF GRPO job (one GPU is not enough any more).
 
     grpo-playground scale-out --config smollm2 --out scale_out/smollm2
-    grpo-playground scale-out --run runs/RUN_ID --out scale_out/RUN_ID [--set grpo.max_steps=500 ...]
+    grpo-playground scale-out --run runs/RUN_ID --out scale_out/RUN_ID [--set grpo.max_steps=500 ...] [--zip]
 
 --run takes the run's own recipe and starts GRPO from its SFT adapter. The folder holds reward.py (the recipe's
 rewards for both trainers), the data, verl_grpo.yaml + run_verl.sh, run_openrlhf.sh and a README saying what
@@ -10,23 +10,13 @@ does not carry over (grpo_playground.export.scale_out). Exit status: 0 written, 
 
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 
-from grpo_playground.export.scale_out import DEFAULT_EVAL_N
+from grpo_playground.cli.args import ScaleOutArgs
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="grpo-playground scale-out", description=__doc__.split("\n")[0])
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--config", help="a recipe file or a shipped recipe's name (quick, tiny-cpu, smollm2, qwen3-8b)")
-    source.add_argument("--run", type=Path, help="a run folder: its recipe, GRPO from its SFT adapter")
-    parser.add_argument("--out", type=Path, required=True, help="a new (or empty) folder to write")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a recipe key, e.g. grpo.max_steps=500 (repeatable)")
-    parser.add_argument("--n-eval", type=int, default=DEFAULT_EVAL_N, help="held-out prompts written (eval_source)")
-    args = parser.parse_args(argv)
+    args = ScaleOutArgs.parse_args(argv)
 
     from grpo_playground.config import ConfigError, apply_overrides, load_recipe
     from grpo_playground.contracts.shipped import recipe_path
@@ -37,13 +27,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.run is not None and not (args.run / RECIPE_FILE).is_file():
             raise FileNotFoundError(f"{args.run} has no {RECIPE_FILE}: give a run folder (runs/ID) or use --config")
         recipe = args.run / RECIPE_FILE if args.run is not None else recipe_path(args.config)
-        cfg = apply_overrides(load_recipe(recipe), args.overrides)
+        cfg = apply_overrides(load_recipe(recipe), list(args.overrides))
         summary = scale_out.write(scale_out.plan(cfg, args.run), args.out, args.n_eval)
+        archive = scale_out.zip_folder(args.out) if args.archive else None
     except (ConfigError, FileNotFoundError, FileExistsError, ValueError, RuntimeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(f"wrote {args.out}: {summary['rows']['train']} training and {summary['rows']['test']} held-out prompts, "
-          f"reward.py, run_verl.sh (verl {summary['verl']}), run_openrlhf.sh (OpenRLHF {summary['openrlhf']})")
+    print(f"wrote {args.out}{f' and {archive}' if archive else ''}: {summary['rows']['train']} training and "
+          f"{summary['rows']['test']} held-out prompts, reward.py, run_verl.sh (verl {summary['verl']}), "
+          f"run_openrlhf.sh (OpenRLHF {summary['openrlhf']})")
     for note in summary["not_carried_over"]:
         print(f"not carried over: {note}")
     return 0

@@ -22,6 +22,10 @@ EXPORT_DIR = "export"  # export/<stage>/: lora/, merged/, *.gguf, Modelfile, exp
 EXPORT_RESULT = "export.json"  # the export's result and state, inside the export folder
 EXPORT_LOG = "export.log"  # the export's output (in the run folder for the UI's job; converters' in export/<stage>/)
 EXPORT_JOB = "export_job.json"  # written by the UI: the export process's pid and its export folder
+SCALE_OUT_DIR = "scale_out"  # the run as a verl / OpenRLHF job (grpo_playground.export.scale_out), and its .zip
+SCALE_OUT_RESULT = "scale_out.json"  # inside that folder: what it starts from, its rows, what does not carry over
+SCALE_OUT_LOG = "scale_out.log"  # the UI's scale-out job's output
+SCALE_OUT_JOB = "scale_out_job.json"  # the UI's scale-out job's record
 
 # --- inside an export folder (export/<stage>/ or exports/<model>/) -------------------------------------------
 EXPORT_LORA_DIR = "lora"  # a copy of the stage's LoRA adapter

@@ -8,7 +8,7 @@
 - `verl_grpo.yaml` + `run_verl.sh` and `run_openrlhf.sh`: the recipe's model, LoRA, batch, sampling, KL, clipping,
   loss aggregation and schedule in each trainer's own keys (checked against verl 0.9.1's config and OpenRLHF
   0.11.2's argument parser in tests/test_scale_out.py);
-- `README.md`: how to run both, and every setting that has no equivalent there (`scale_out.json` lists them too).
+- `README.md`: how to run both, and every setting that has no equivalent there (SCALE_OUT_RESULT lists them too).
 
 verl starts GRPO from the run's SFT adapter itself (`lora_adapter_path`); OpenRLHF needs a full model, the run's
 merged export (`grpo-playground export --run RUN --stage sft`). Needs the model's tokenizer (its chat template).
@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpo_playground.config import RunConfig
-from grpo_playground.run_layout import EXPORT_MERGED_DIR, adapter_dir, export_dir, stage_done
+from grpo_playground.run_layout import EXPORT_MERGED_DIR, SCALE_OUT_RESULT, adapter_dir, export_dir, stage_done
 
 VERL_VERSION, OPENRLHF_VERSION = "0.9.1", "0.11.2"  # the versions the written configs were checked against
-DEFAULT_EVAL_N = 500
 MAX_MICRO_BATCH = 16  # completions per forward: more is rarely faster and risks the memory of a long-completion run
 # TRL loss_type -> verl's (loss_agg_mode, policy_loss.loss_mode) and OpenRLHF's loss_agg_mode
 VERL_LOSS = {"grpo": ("seq-mean-token-mean", "vanilla"), "dr_grpo": ("seq-mean-token-sum-norm", "vanilla"),
@@ -214,7 +213,7 @@ def reward_func(queries, prompts, labels, **kwargs):
 '''
 
 
-def write(s: ScaleOut, out: Path, n_eval: int = DEFAULT_EVAL_N) -> dict:
+def write(s: ScaleOut, out: Path, n_eval: int) -> dict:
     """Write the folder in a temporary sibling, then move it into place: a failure leaves no half-written folder."""
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} exists and is not empty: give a new --out folder (nothing is overwritten)")
@@ -236,7 +235,7 @@ def write(s: ScaleOut, out: Path, n_eval: int = DEFAULT_EVAL_N) -> dict:
         summary = {"recipe": s.cfg.name, "base": s.base, "adapter": str(s.adapter) if s.adapter else None,
                    "merged": str(s.merged) if s.merged else None, "rows": counts, "verl": VERL_VERSION,
                    "openrlhf": OPENRLHF_VERSION, "not_carried_over": s.notes}
-        (tmp / "scale_out.json").write_text(json.dumps(summary, indent=1))
+        (tmp / SCALE_OUT_RESULT).write_text(json.dumps(summary, indent=1))
         (tmp / "README.md").write_text(_readme(s, final, counts))
         if out.exists():
             out.rmdir()  # empty: checked above
@@ -245,6 +244,16 @@ def write(s: ScaleOut, out: Path, n_eval: int = DEFAULT_EVAL_N) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return summary
+
+
+def zip_folder(folder: Path) -> Path:
+    """FOLDER.zip beside the folder (what the app offers for download), written beside and renamed into place."""
+    folder = folder.resolve()
+    target = folder.with_name(folder.name + ".zip")
+    partial = shutil.make_archive(str(folder.with_name(f".{folder.name}.{os.getpid()}")), "zip", folder.parent,
+                                  folder.name)
+    os.replace(partial, target)
+    return target
 
 
 def _write_data(s: ScaleOut, folder: Path, n_eval: int) -> dict:
@@ -265,8 +274,8 @@ def _write_data(s: ScaleOut, folder: Path, n_eval: int) -> dict:
         rows = [{"data_source": source, "prompt": e["prompt"], "ability": "math",
                  "reward_model": {"style": "rule", "ground_truth": str(e["answer"])},
                  "extra_info": {"index": i, "split": split, "problem": e["problem"]}} for i, e in enumerate(examples)]
-        pq.write_table(pa.Table.from_pylist(rows), folder / f"{split}.parquet")
-        with open(folder / f"{split}.jsonl", "w", encoding="utf-8") as f:
+        pq.write_table(pa.Table.from_pylist(rows), folder / (split + ".parquet"))
+        with open(folder / (split + ".jsonl"), "w", encoding="utf-8") as f:  # verl reads the parquet, OpenRLHF this
             for e in examples:
                 prompt = render_prompt(tokenizer, e["prompt"], tags, cfg.data.prefill_reasoning)
                 f.write(json.dumps({"prompt": prompt, "answer": str(e["answer"])}, ensure_ascii=False) + "\n")

@@ -308,6 +308,20 @@ def export_markdown(state: dict) -> str:
     return text
 
 
+def scale_out_markdown(state: dict) -> str:
+    """The run written as a verl / OpenRLHF job, in words (state from jobs.scale_outs.scale_out_state)."""
+    if state["state"] == "none":
+        return ("When one GPU is not enough: write this run as a verl or OpenRLHF GRPO job (GRPO from its SFT "
+                "adapter, scored by the same reward functions; docs/scale_out.md).")
+    if state["state"] == "running":
+        return "**Writing the verl / OpenRLHF job...**"
+    if state["state"] == "failed":
+        return f"**Scale-out failed:** {state['reason']}"
+    notes = "".join(f"\n- {note}" for note in state["notes"]) or "\n- nothing: every GRPO setting has its key"
+    return ("**Written:** `scale_out.zip` (reward.py, the data, run_verl.sh, run_openrlhf.sh, README.md). "
+            "Not carried over:" + notes)
+
+
 def _check_line(name: str, check: dict) -> str:
     """One export check in words: a greedy comparison (greedy_*) or a quantized file's answer (answers_*)."""
     if "cases" in check:

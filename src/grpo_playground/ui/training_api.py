@@ -1,9 +1,10 @@
 """The Training tab's API: the same operations its buttons use, for gradio_client and scripts.
 
 api_name: /start (recipe YAML, stage, token), /stop and /resume (run id, token), /export (run id, GGUF types,
-token, stage), /status (run id), /runs, /metrics (run id: every metrics row, what the charts draw) and /samples (run id:
-the latest sample group, what the samples table shows). Starting, stopping, resuming and exporting need the owner token when
-GRPO_PLAYGROUND_OWNER_TOKEN is set; watching does not.
+token, stage), /scale_out (run id, token: the run as a verl / OpenRLHF job), /status (run id), /runs, /metrics (run
+id: every metrics row, what the charts draw) and /samples (run id: the latest sample group, what the samples table
+shows). Starting, stopping, resuming, exporting and scaling out need the owner token when GRPO_PLAYGROUND_OWNER_TOKEN
+is set; watching does not.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import gradio as gr
 from grpo_playground import jobs
 from grpo_playground.config import ConfigError
 from grpo_playground.jobs.exports import export_state, start_export
+from grpo_playground.jobs.scale_outs import scale_out_state, start_scale_out
 from grpo_playground.ui.config_form import config_from_yaml_text
 
 USER_ERRORS = (ConfigError, ValueError, PermissionError, RuntimeError, FileNotFoundError)
@@ -45,7 +47,8 @@ def run_summary(run_id: str) -> dict:
             "command": info.job.get("meta", {}).get("command"), "metrics": len(feed.metrics),
             "last_metrics": feed.metrics[-1] if feed.metrics else None,
             "queue_position": queue.index(info.run_id) + 1 if info.run_id in queue else None,
-            "export": {k: v for k, v in export_state(info.path).items() if k != "log"}}
+            "export": {k: v for k, v in export_state(info.path).items() if k != "log"},
+            "scale_out": scale_out_state(info.path)}
 
 
 @_api
@@ -79,6 +82,14 @@ def api_export(run_id: str, gguf: list[str], token: str = "", stage: str = "") -
 
 
 @_api
+def api_scale_out(run_id: str, token: str = "") -> dict:
+    """Write a stopped or finished run as a verl / OpenRLHF GRPO job (GRPO from its SFT adapter) in a child process;
+    returns at once. Its state and the zip to download: the run's status, under "scale_out"."""
+    start_scale_out(run_id, token)
+    return run_summary(run_id)
+
+
+@_api
 def api_status(run_id: str) -> dict:
     return run_summary(run_id)
 
@@ -106,4 +117,5 @@ def api_runs() -> list[dict]:
 
 # (function, api_name): registered by the Training tab before its own listeners, so these keep the plain names
 ENDPOINTS = ((api_start, "start"), (api_stop, "stop"), (api_resume, "resume"), (api_status, "status"),
-             (api_runs, "runs"), (api_export, "export"), (api_metrics, "metrics"), (api_samples, "samples"))
+             (api_runs, "runs"), (api_export, "export"), (api_scale_out, "scale_out"), (api_metrics, "metrics"),
+             (api_samples, "samples"))

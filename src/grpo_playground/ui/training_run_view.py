@@ -16,10 +16,11 @@ from grpo_playground import jobs
 from grpo_playground.contracts.layout import GGUF_TYPES
 from grpo_playground.jobs.comparisons import comparison_state, running_comparison
 from grpo_playground.jobs.exports import export_state
+from grpo_playground.jobs.scale_outs import scale_out_state
 from grpo_playground.eval import results as eval_results
 from grpo_playground.run_layout import LOG_FILE, PREFLIGHT_FILE, TRAINED_STAGES, evals_dir, read_json, stage_done
 from grpo_playground.ui import run_summary, run_views
-from grpo_playground.ui.training_api import api_export, api_resume, api_stop
+from grpo_playground.ui.training_api import api_export, api_resume, api_scale_out, api_stop
 from grpo_playground.ui.training_charts import build_charts, chart_update, chart_updates
 from grpo_playground.ui.training_history import HistoryPart, compare_metrics
 from grpo_playground.ui.training_samples import SamplesPart, build_samples
@@ -58,6 +59,9 @@ class RunViewPart:
     export_status: gr.Markdown
     export_files: gr.File
     export_chat: gr.Button
+    scale_out: gr.Button
+    scale_out_status: gr.Markdown
+    scale_out_file: gr.File
 
 
 def build_run_view() -> RunViewPart:
@@ -110,10 +114,15 @@ def build_run_view() -> RunViewPart:
         export_files = gr.File(label="Download", file_count="multiple", interactive=False, visible=False, scale=3,
                                elem_id="training-export-files")
         export_chat = gr.Button("Chat with it", visible=False, scale=1, elem_id="training-export-chat")
+    with gr.Accordion("When one GPU is not enough: this run as a verl / OpenRLHF job", open=False):
+        with gr.Row():
+            scale_out_status = gr.Markdown(elem_id="training-scale-out")
+            scale_out = gr.Button("Write the job", scale=0, elem_id="training-scale-out-button")
+        scale_out_file = gr.File(label="Download", interactive=False, visible=False, elem_id="training-scale-out-file")
     return RunViewPart(gr.State(None), gr.State(None), run_pick, stop, resume, message, progress, queue, summary,
                        next_steps, next_export, next_chat, next_eval, chart_stage, charts, preflight_verdict,
                        findings_caption, findings, samples, preflight, log, export_stage, gguf_types, export,
-                       export_status, export_files, export_chat)
+                       export_status, export_files, export_chat, scale_out, scale_out_status, scale_out_file)
 
 
 # --- one timer tick ---------------------------------------------------------------------------------------
@@ -142,6 +151,8 @@ class Tick:
     export_files: object = field(default_factory=gr.skip)
     export_chat: object = field(default_factory=gr.skip)
     export_stage: object = field(default_factory=gr.skip)
+    scale_out_status: object = field(default_factory=gr.skip)
+    scale_out_file: object = field(default_factory=gr.skip)
     message: object = field(default_factory=gr.skip)
     stop: object = field(default_factory=gr.skip)
     resume: object = field(default_factory=gr.skip)
@@ -158,13 +169,14 @@ def tick_updates(tick: Tick, run: RunViewPart, history: HistoryPart) -> dict:
             run.preflight_verdict: tick.preflight_verdict, run.preflight: tick.preflight, run.log: tick.log,
             history.table: tick.history, history.compare_plot: tick.compare, run.export_status: tick.export_status,
             run.export_files: tick.export_files, run.export_chat: tick.export_chat,
-            run.export_stage: tick.export_stage, run.message: tick.message, run.stop: tick.stop,
+            run.export_stage: tick.export_stage, run.scale_out_status: tick.scale_out_status,
+            run.scale_out_file: tick.scale_out_file, run.message: tick.message, run.stop: tick.stop,
             run.resume: tick.resume, run.summary: tick.summary, run.next_steps: tick.next_steps}
 
 
 def _new_view(run_id: str | None) -> dict:
     return {"run_id": run_id, "feed": jobs.RunFeed(jobs.run_path(run_id)) if run_id else None,
-            "log": None, "history": None, "status": None, "preflight_mtime": UNREAD, "export": None,
+            "log": None, "history": None, "status": None, "preflight_mtime": UNREAD, "export": None, "scale_out": None,
             "later_stages": None, "chart_stage": None, "evals_mtime": UNREAD, "stages_done": None}
 
 
@@ -238,6 +250,7 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
     if log != view["log"]:
         tick.log = view["log"] = log
     _export_panel(tick, info)
+    _scale_out_panel(tick, info)
     if message_for and (message_for[0] != run_id or message_for[1] != info.state):
         tick.message = ""  # stale: that run's state has moved on
     return tick
@@ -280,6 +293,17 @@ def _export_panel(tick: Tick, info: jobs.RunInfo) -> None:
     serve_files(files)
     tick.export_files = gr.update(value=files or None, visible=bool(files))
     tick.export_chat = gr.update(visible=any(f.endswith(".gguf") for f in files))
+
+
+def _scale_out_panel(tick: Tick, info: jobs.RunInfo) -> None:
+    """The run written as a verl / OpenRLHF job: its state in words and the zip to download."""
+    state = scale_out_state(info.path)
+    if state == tick.view["scale_out"]:
+        return
+    tick.view["scale_out"] = state
+    tick.scale_out_status = run_views.scale_out_markdown(state)
+    serve_files([state["zip"]] if state["zip"] else [])
+    tick.scale_out_file = gr.update(value=state["zip"], visible=bool(state["zip"]))
 
 
 _SERVED: set[str] = set()
@@ -341,6 +365,10 @@ def wire_run_view(run: RunViewPart, history: HistoryPart, timer: gr.Timer, token
         api_export(run_id, types, token_value, stage)
         return run_views.export_markdown(export_state(jobs.run_path(run_id)))
 
+    def scale_out_selected(run_id, view, token_value):
+        run_id = shown_run(run_id, view)
+        return run_views.scale_out_markdown(api_scale_out(run_id, token_value)["scale_out"])
+
     def initial_pick():
         """On page load: the run the tab will show, so the picker is never empty while a run is on screen; while
         a job runs, its live screen (a reopened browser landed on "Set up a run", saying nothing of it)."""
@@ -360,6 +388,7 @@ def wire_run_view(run: RunViewPart, history: HistoryPart, timer: gr.Timer, token
     export_inputs = [run.run_pick, run.view, run.export_stage, run.gguf_types, token]
     run.export.click(export_selected, export_inputs, run.export_status, **ui)
     run.next_export.click(export_selected, export_inputs, run.export_status, **ui)
+    run.scale_out.click(scale_out_selected, [run.run_pick, run.view, token], run.scale_out_status, **ui)
     gr.on(None, initial_pick, None, [run.run_pick, screens, run.stop, run.resume], **ui)  # on page load
     # a user picking a run (or a chart stage) sees it at once; otherwise the timer refreshes every POLL_S
     outputs = list(tick_updates(Tick(None), run, history))
