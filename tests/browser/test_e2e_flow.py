@@ -185,6 +185,28 @@ def test_export_the_run_to_gguf(page, expect, screenshot, flow):
     flow["gguf"] = gguf
 
 
+def test_write_the_run_as_a_verl_or_openrlhf_job(page, expect, flow):
+    """The run view's scale-out: the run (GRPO from its SFT adapter; OpenRLHF from the merged export just written) as
+    a verl / OpenRLHF job, a zip to download."""
+    run_dir = need(flow, "run_dir")
+    need(flow, "gguf")
+    show_screen(page, "2. Live run")
+    page.locator("#training-run input").click()
+    page.get_by_role("option", name=run_dir.name).click()
+    expect(page.locator("#training-progress")).to_contain_text("stopped")
+    page.locator("#training-scale-out-panel button.label-wrap").click()
+    page.locator("#training-scale-out-button").click()
+    status = page.locator("#training-scale-out")
+    expect(status).to_contain_text(re.compile("Written|Scale-out failed"), timeout=120_000)
+    assert "Written" in status.inner_text(), status.inner_text()
+    # the next tick offers the zip, served from the run folder itself
+    expect(page.locator("#training-scale-out-file a[download]")).to_have_attribute("download", "scale_out.zip",
+                                                                                  timeout=60_000)
+    written = run_dir / "scale_out"
+    assert (written / "reward.py").is_file() and (run_dir / "scale_out.zip").is_file()
+    assert str(run_dir / "export" / "sft" / "merged") in (written / "run_openrlhf.sh").read_text()
+
+
 def gguf_entry(gguf: Path) -> str:
     """What the Chat tab's picker shows for a run's exported GGUF: `RUN · STAGE · QUANT` (runs/RUN/export/STAGE/...)."""
     run, stage = gguf.parents[2].name, gguf.parent.name

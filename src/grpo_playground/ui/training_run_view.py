@@ -114,7 +114,8 @@ def build_run_view() -> RunViewPart:
         export_files = gr.File(label="Download", file_count="multiple", interactive=False, visible=False, scale=3,
                                elem_id="training-export-files")
         export_chat = gr.Button("Chat with it", visible=False, scale=1, elem_id="training-export-chat")
-    with gr.Accordion("When one GPU is not enough: this run as a verl / OpenRLHF job", open=False):
+    with gr.Accordion("When one GPU is not enough: this run as a verl / OpenRLHF job", open=False,
+                      elem_id="training-scale-out-panel"):
         with gr.Row():
             scale_out_status = gr.Markdown(elem_id="training-scale-out")
             scale_out = gr.Button("Write the job", scale=0, elem_id="training-scale-out-button")
