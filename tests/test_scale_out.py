@@ -192,9 +192,17 @@ def make_sft_run(runs: Path) -> Path:
 def test_a_run_starts_verl_from_its_sft_adapter(tmp_path):
     run = make_sft_run(tmp_path / "runs")
     out = tmp_path / "out"
-    proc = scale_out("--run", str(run), "--out", str(out), "--n-eval", "5", "--set", "grpo.max_steps=40")
+    proc = scale_out("--run", str(run), "--out", str(out), "--n-eval", "5", "--set", "grpo.max_steps=40",
+                     "--set", "tracking.swanlab=auto")
     assert proc.returncode == 0, proc.stderr[-2000:]
     config = yaml.safe_load((out / "verl_grpo.yaml").read_text())
+    assert config["trainer"]["logger"] == ["console", "swanlab"]
+    # verl's SwanLab logger defaults to cloud mode, which waits for a login: "auto" is online only with a key
+    export = next(line for line in (out / "run_verl.sh").read_text().splitlines() if "SWANLAB_MODE" in line)
+    for key, mode in (("", "offline"), ("a-key", "cloud")):
+        shown = subprocess.run(["bash", "-c", f"{export}; echo $SWANLAB_MODE"], capture_output=True, text=True,
+                               env={"PATH": os.environ["PATH"], **({"SWANLAB_API_KEY": key} if key else {})})
+        assert shown.stdout.strip() == mode
     assert config["actor_rollout_ref"]["model"]["lora_adapter_path"] == str((run / "sft").resolve())
     assert config["trainer"]["total_training_steps"] == 40
     assert "grpo-playground export --run" in proc.stdout  # OpenRLHF needs the merged SFT model: it says how

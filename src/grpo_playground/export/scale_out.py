@@ -229,7 +229,8 @@ def write(s: ScaleOut, out: Path, n_eval: int) -> dict:
         header = (f"# GRPO Playground recipe {s.cfg.name!r} as a verl {VERL_VERSION} GRPO run: {final / 'run_verl.sh'}\n")
         (tmp / "verl_grpo.yaml").write_text(header + yaml.safe_dump(verl_config(s, final), sort_keys=False, width=120))
         _write_script(tmp / "run_verl.sh", f"a verl {VERL_VERSION}",
-                      ["python3", "-m", "verl.trainer.main_ppo", f"--config-path={final}", "--config-name=verl_grpo"])
+                      ["python3", "-m", "verl.trainer.main_ppo", f"--config-path={final}", "--config-name=verl_grpo"],
+                      _swanlab_mode(s.cfg.tracking.swanlab))
         _write_script(tmp / "run_openrlhf.sh", f"an OpenRLHF {OPENRLHF_VERSION}",
                       ["python3", "-m", "openrlhf.cli.train_ppo_ray", *openrlhf_args(s, final)])
         summary = {"recipe": s.cfg.name, "base": s.base, "adapter": str(s.adapter) if s.adapter else None,
@@ -283,7 +284,18 @@ def _write_data(s: ScaleOut, folder: Path, n_eval: int) -> dict:
     return counts
 
 
-def _write_script(path: Path, what: str, argv: list[str]) -> None:
+# verl's SwanLab logger takes its mode from SWANLAB_MODE (default cloud, which waits for a login without a key)
+SWANLAB_ENV = {"auto": 'export SWANLAB_MODE=${SWANLAB_MODE:-$([ -n "${SWANLAB_API_KEY:-}" ] && echo cloud || echo offline)}',
+               "online": "export SWANLAB_MODE=${SWANLAB_MODE:-cloud}", "offline": "export SWANLAB_MODE=${SWANLAB_MODE:-offline}",
+               "local": "export SWANLAB_MODE=${SWANLAB_MODE:-local}"}
+
+
+def _swanlab_mode(mode: str) -> str:
+    """The recipe's tracking.swanlab as verl's SWANLAB_MODE ("auto": online with SWANLAB_API_KEY, else offline)."""
+    return SWANLAB_ENV.get(mode, "")
+
+
+def _write_script(path: Path, what: str, argv: list[str], env: str = "") -> None:
     """An executable launcher, one `--flag value...` per line; arguments after it go to the trainer."""
     lines: list[list[str]] = [argv[:3]]
     for arg in argv[3:]:
@@ -293,7 +305,7 @@ def _write_script(path: Path, what: str, argv: list[str]) -> None:
             lines[-1].append(arg)
     command = " \\\n  ".join(" ".join(shlex.quote(a) for a in line) for line in lines)
     path.write_text(f"#!/usr/bin/env bash\n# The recipe as {what} GRPO job (written by grpo-playground scale-out).\n"
-                    f"set -euo pipefail\n{command} \"$@\"\n")
+                    f"set -euo pipefail\n{env + chr(10) if env else ''}{command} \"$@\"\n")
     path.chmod(0o755)
 
 
