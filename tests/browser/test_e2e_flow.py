@@ -160,14 +160,19 @@ def test_open_its_samples_in_the_reward_sandbox(page, expect, screenshot, flow):
     region_screenshot(page, "sandbox-from-run", "#sandbox-report", "#sandbox-completions", "#sandbox-details")
 
 
-def test_export_the_run_to_gguf(page, expect, screenshot, flow):
-    """The Training tab's Export button: pipelines.export in a child process, its state read back from disk."""
-    run_dir = need(flow, "run_dir")
-    need(flow, "stopped")
+def open_stopped_run(page, expect, run_dir: Path) -> None:
+    """The live screen showing the flow's run, stopped (a new page opens on the set-up screen)."""
     show_screen(page, "2. Live run")
     page.locator("#training-run input").click()
     page.get_by_role("option", name=run_dir.name).click()
     expect(page.locator("#training-progress")).to_contain_text("stopped")
+
+
+def test_export_the_run_to_gguf(page, expect, screenshot, flow):
+    """The Training tab's Export button: pipelines.export in a child process, its state read back from disk."""
+    run_dir = need(flow, "run_dir")
+    need(flow, "stopped")
+    open_stopped_run(page, expect, run_dir)
     page.locator("#training-export-button").click()
     exported = page.locator("#training-export")
     expect(exported).to_contain_text(re.compile("Exported the|Export failed"), timeout=EXPORT_TIMEOUT_MS)
@@ -190,10 +195,7 @@ def test_write_the_run_as_a_verl_or_openrlhf_job(page, expect, flow):
     a verl / OpenRLHF job, a zip to download."""
     run_dir = need(flow, "run_dir")
     need(flow, "gguf")
-    show_screen(page, "2. Live run")
-    page.locator("#training-run input").click()
-    page.get_by_role("option", name=run_dir.name).click()
-    expect(page.locator("#training-progress")).to_contain_text("stopped")
+    open_stopped_run(page, expect, run_dir)
     page.locator("#training-scale-out-panel button.label-wrap").click()
     page.locator("#training-scale-out-button").click()
     status = page.locator("#training-scale-out")

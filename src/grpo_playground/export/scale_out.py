@@ -45,6 +45,7 @@ class ScaleOut:
     merged: Path | None  # the run's merged SFT model (OpenRLHF starts from it), when exported
     chat_template: str  # the tokenizer's template with the recipe's prefill: verl renders prompts with it
     end_markers: tuple[str, ...]
+    tokenizer: object = field(repr=False)  # the model's (the run's adapter's when it has one): renders the prompts
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -89,7 +90,7 @@ def plan(cfg: RunConfig, run_dir: Path | None = None) -> ScaleOut:
     if cfg.data.prefill_reasoning:
         template = with_prefill(template, cfg.rewards.tags.reasoning_start)
     markers = tuple(dict.fromkeys(m for m in (turn_end(tokenizer), tokenizer.eos_token, tokenizer.pad_token) if m))
-    return ScaleOut(cfg, base, adapter, merged, template, markers, notes + _loss_notes(cfg))
+    return ScaleOut(cfg, base, adapter, merged, template, markers, tokenizer, notes + _loss_notes(cfg))
 
 
 def _loss_notes(cfg: RunConfig) -> list[str]:
@@ -263,10 +264,8 @@ def _write_data(s: ScaleOut, folder: Path, n_eval: int) -> dict:
 
     from grpo_playground.data import load_examples
     from grpo_playground.data.chat_template import render_prompt
-    from grpo_playground.models import load_tokenizer
 
     cfg, tags = s.cfg, s.cfg.rewards.tags
-    tokenizer = load_tokenizer(str(s.adapter) if s.adapter else cfg.model.name_or_path)
     counts = {}
     for split, source, n in (("train", cfg.data.grpo_source, cfg.data.n_grpo), ("test", cfg.data.eval_source, n_eval)):
         examples = load_examples(source, n=n, tags=tags, seed=cfg.data.seed).examples
@@ -278,7 +277,7 @@ def _write_data(s: ScaleOut, folder: Path, n_eval: int) -> dict:
         pq.write_table(pa.Table.from_pylist(rows), folder / (split + ".parquet"))
         with open(folder / (split + ".jsonl"), "w", encoding="utf-8") as f:  # verl reads the parquet, OpenRLHF this
             for e in examples:
-                prompt = render_prompt(tokenizer, e["prompt"], tags, cfg.data.prefill_reasoning)
+                prompt = render_prompt(s.tokenizer, e["prompt"], tags, cfg.data.prefill_reasoning)
                 f.write(json.dumps({"prompt": prompt, "answer": str(e["answer"])}, ensure_ascii=False) + "\n")
         counts[split] = len(examples)
     return counts
