@@ -7,6 +7,7 @@ with (grpo_playground.run_layout.run_settings), so the eval prompt is the traini
 
 from __future__ import annotations
 
+import inspect
 import sys
 import time
 
@@ -105,7 +106,8 @@ def evaluate_each(models: list[str], backend: str = "transformers", device: str 
                   dtype: str | None = None, **kwargs):
     """evaluate() each model in turn, yielding its result; checkpoints a started engine can switch to (vLLM: the
     base and its adapters) share it, so three checkpoints of one run cost one engine start."""
-    _check_bounds(kwargs.get("n", 100), kwargs.get("batch_size", 16), kwargs.get("max_new_tokens", 256))  # before an engine starts
+    defaults = inspect.signature(evaluate).parameters  # before an engine starts, with evaluate()'s own defaults
+    _check_bounds(*(kwargs.get(name, defaults[name].default) for name in ("n", "batch_size", "max_new_tokens")))
     engine = None
     for i, model in enumerate(models):
         began, started_one = time.monotonic(), False

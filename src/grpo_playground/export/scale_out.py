@@ -55,6 +55,12 @@ class ScaleOut:
         return max(1, per_device * g.gradient_accumulation_steps * self.cfg.hardware.num_gpus // g.num_generations)
 
     @property
+    def rollout_share(self) -> float:
+        """vLLM's gpu_memory_utilization: the recipe's, else half the card (verl's default; the colocated training
+        needs the rest)."""
+        return self.cfg.model.gpu_memory_utilization or 0.5
+
+    @property
     def micro_batch(self) -> int:
         """Completions per forward on one GPU: the recipe's per-device batch, or its largest divisor up to 16 (both
         trainers need it to divide each GPU's share of the step)."""
@@ -139,7 +145,7 @@ def verl_config(s: ScaleOut, folder: Path) -> dict:
                       "kl_loss_type": "low_var_kl", "clip_ratio_low": g.epsilon, "clip_ratio_high": g.epsilon,
                       "loss_agg_mode": agg, "policy_loss": {"loss_mode": mode}, "entropy_coeff": 0},
             "rollout": {"name": "vllm", "n": g.num_generations, "temperature": g.temperature, "top_p": g.top_p,
-                        "gpu_memory_utilization": cfg.model.gpu_memory_utilization or 0.5,
+                        "gpu_memory_utilization": s.rollout_share,
                         "tensor_model_parallel_size": 1, "log_prob_micro_batch_size_per_gpu": micro,
                         "load_format": "safetensors"},  # verl's LoRA sync loads the adapter's weights this way
             "ref": {"log_prob_micro_batch_size_per_gpu": micro},
@@ -167,7 +173,7 @@ def openrlhf_args(s: ScaleOut, folder: Path) -> list[str]:
         "--eval.steps", str(g.save_steps),
         "--actor.num_nodes", "1", "--actor.num_gpus_per_node", gpus, "--ref.num_nodes", "1",
         "--ref.num_gpus_per_node", gpus, "--vllm.num_engines", gpus, "--vllm.tensor_parallel_size", "1",
-        "--vllm.gpu_memory_utilization", str(cfg.model.gpu_memory_utilization or 0.5), "--vllm.enable_sleep",
+        "--vllm.gpu_memory_utilization", str(s.rollout_share), "--vllm.enable_sleep",
         "--ds.enable_sleep", "--train.colocate_all",
         "--algo.advantage.estimator", "group_norm" if g.scale_rewards != "none" else "dr_grpo",
         "--rollout.n_samples_per_prompt", str(g.num_generations), "--rollout.batch_size", str(prompts),
@@ -205,7 +211,7 @@ REWARDS = PortableRewards(weights={weights!r},
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
     """verl: the weighted total as "score", each reward function's own score logged beside it."""
-    return REWARDS.verl(solution_str, ground_truth)
+    return REWARDS.score(solution_str, ground_truth)
 
 
 def reward_func(queries, prompts, labels, **kwargs):

@@ -42,18 +42,10 @@ class PortableRewards:
 
     def response(self, query: str, prompt: str) -> str:
         """OpenRLHF's query without its prompt and without the end-of-turn marker (and padding) after the reply."""
-        text = query[len(prompt):] if query.startswith(prompt) else query
-        text = text.rstrip()
-        stripped = True
-        while stripped:
-            stripped = False
-            for marker in self.end_markers:
-                if marker and text.endswith(marker):
-                    text, stripped = text[: -len(marker)].rstrip(), True
+        text = (query[len(prompt):] if query.startswith(prompt) else query).rstrip()
+        while marker := next((m for m in self.end_markers if m and text.endswith(m)), None):
+            text = text[: -len(marker)].rstrip()
         return text
-
-    def verl(self, solution_str: str, ground_truth) -> dict[str, float]:
-        return self.score(solution_str, ground_truth)
 
     def openrlhf(self, queries: Sequence[str], prompts: Sequence[str], labels: Sequence) -> dict:
         import torch
