@@ -174,6 +174,7 @@ def test_export_the_run_to_gguf(page, expect, screenshot, flow):
     need(flow, "stopped")
     open_stopped_run(page, expect, run_dir)
     page.locator("#training-export-button").click()
+    expect(page.locator("#training-run-msg")).to_contain_text("Exporting")  # at once; the panel follows the disk
     exported = page.locator("#training-export")
     expect(exported).to_contain_text(re.compile("Exported the|Export failed"), timeout=EXPORT_TIMEOUT_MS)
     assert "Exported the" in exported.inner_text(), exported.inner_text()
@@ -198,6 +199,7 @@ def test_write_the_run_as_a_verl_or_openrlhf_job(page, expect, flow):
     open_stopped_run(page, expect, run_dir)
     page.locator("#training-scale-out-panel button.label-wrap").click()
     page.locator("#training-scale-out-button").click()
+    expect(page.locator("#training-run-msg")).to_contain_text("as a verl / OpenRLHF job")
     status = page.locator("#training-scale-out")
     expect(status).to_contain_text(re.compile("Written|Scale-out failed"), timeout=120_000)
     assert "Written" in status.inner_text(), status.inner_text()

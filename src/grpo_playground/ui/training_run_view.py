@@ -361,14 +361,19 @@ def wire_run_view(run: RunViewPart, history: HistoryPart, timer: gr.Timer, token
         state = api_resume(run_id, token_value)["state"]
         return f"Resuming **{run_id}** ({state}) from its last checkpoint.", [run_id, state]
 
+    # Export and scale-out answer in the run message; their panels have one writer, the tick (ticks and clicks run
+    # concurrently, so a click's "Exporting..." reached the page after the tick's "Exported the ..." in CI).
     def export_selected(run_id, view, stage, types, token_value):
         run_id = shown_run(run_id, view)
-        api_export(run_id, types, token_value, stage)
-        return run_views.export_markdown(export_state(jobs.run_path(run_id)))
+        state = api_export(run_id, types, token_value, stage)["state"]
+        return (f"Exporting **{run_id}**'s {stage or 'latest'} stage to {', '.join(types)}: its progress shows under "
+                "Export."), [run_id, state]
 
     def scale_out_selected(run_id, view, token_value):
         run_id = shown_run(run_id, view)
-        return run_views.scale_out_markdown(api_scale_out(run_id, token_value)["scale_out"])
+        state = api_scale_out(run_id, token_value)["state"]
+        return (f"Writing **{run_id}** as a verl / OpenRLHF job: the zip shows in its panel when it is written."), \
+            [run_id, state]
 
     def initial_pick():
         """On page load: the run the tab will show, so the picker is never empty while a run is on screen; while
@@ -387,9 +392,9 @@ def wire_run_view(run: RunViewPart, history: HistoryPart, timer: gr.Timer, token
     run.stop.click(stop_selected, [run.run_pick, run.view, token], message_outputs, **ui)
     run.resume.click(resume_selected, [run.run_pick, run.view, token], message_outputs, **ui)
     export_inputs = [run.run_pick, run.view, run.export_stage, run.gguf_types, token]
-    run.export.click(export_selected, export_inputs, run.export_status, **ui)
-    run.next_export.click(export_selected, export_inputs, run.export_status, **ui)
-    run.scale_out.click(scale_out_selected, [run.run_pick, run.view, token], run.scale_out_status, **ui)
+    run.export.click(export_selected, export_inputs, message_outputs, **ui)
+    run.next_export.click(export_selected, export_inputs, message_outputs, **ui)
+    run.scale_out.click(scale_out_selected, [run.run_pick, run.view, token], message_outputs, **ui)
     gr.on(None, initial_pick, None, [run.run_pick, screens, run.stop, run.resume], **ui)  # on page load
     # a user picking a run (or a chart stage) sees it at once; otherwise the timer refreshes every POLL_S
     outputs = list(tick_updates(Tick(None), run, history))
