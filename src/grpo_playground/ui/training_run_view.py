@@ -372,8 +372,8 @@ def wire_run_view(run: RunViewPart, history: HistoryPart, timer: gr.Timer, token
     def scale_out_selected(run_id, view, token_value):
         run_id = shown_run(run_id, view)
         state = api_scale_out(run_id, token_value)["state"]
-        return (f"Writing **{run_id}** as a verl / OpenRLHF job: the zip shows in its panel when it is written."), \
-            [run_id, state]
+        return f"Writing **{run_id}** as a verl / OpenRLHF job: the zip shows in its panel when it is written.", [
+            run_id, state]
 
     def initial_pick():
         """On page load: the run the tab will show, so the picker is never empty while a run is on screen; while
