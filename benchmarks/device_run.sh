@@ -5,8 +5,8 @@
 # the call and run one after the other); vllm-smoke; wait-speed (follows the speed suite until done or WAIT_S);
 # serve and eval-speed (the vLLM chat proof and eval timing); share-job-chat and share-chat-job (a chat server and
 # a training job on one GPU); report; seed-sft and seed-regime (issue 13's
-# experiment, in the background) and wait-seed (follows it until done or WAIT_S); grpo-speed (issue 24's small rows and
-# the plain vllm.LLM.generate of their batches), grpo-speed-8b (its Qwen3-8B rows, after grpo-speed), wait-grpo-speed
+# experiment, in the background) and wait-seed (follows it until done or WAIT_S); shapes (the random-weight Qwen3
+# shapes, in the background); grpo-speed (issue 24's small rows and the plain vllm.LLM.generate of their batches), grpo-speed-8b (its Qwen3-8B rows, after grpo-speed), wait-grpo-speed
 # (follows both until done or WAIT_S) and report-speed (their results/gpu/grpo_step.json into $OUT); gsm8k-data,
 # gsm8k-sft, gsm8k-lease1, gsm8k-bring-back(-grpo), gsm8k-restore, gsm8k-lease2 and wait-gsm8k (issue 20, two leases;
 # BENCHMARKS.md); space-e2e (the app itself through its
@@ -19,6 +19,7 @@ W=/tmp/bench; mkdir -p $W
 B="python3 -m benchmarks.gpu_grpo"
 SPEED_DIR=$W/grpo_speed; mkdir -p $SPEED_DIR  # issue 24's runs
 ROLL="python3 -m benchmarks.vllm_rollout"
+WAIT_SHAPES="while [ -f $W/shapes.log ] && [ ! -f $W/shapes.done ]; do sleep 2; done"  # the shapes step, if started
 SEED="python3 -m pipelines.experiments.seed_regime --recipe benchmarks/recipes/smollm2_seed_regime_gpu.yaml \
   --worked 'generator:train?levels=1-2' --answers 'generator:train?levels=1-2' --eval-data 'generator:test?levels=1-2' \
   --minutes ${SEED_MINUTES:-4} --max-rounds 5 --work $W/seed --out $W/learning_seed_regime_gpu"
@@ -89,15 +90,20 @@ torch.cuda.device_count())"; } > $W/env.txt 2>&1; grep -v "^|" $W/env.txt | tail
     eval-speed) timeout 280 python3 -m benchmarks.eval_speed ${EVAL_ARGS:-} > $W/eval_speed.log 2>&1; tail -10 $W/eval_speed.log ;;
     report) $B report $W/speed --out $W/grpo_step.json && cp $W/grpo_step.json $OUT/ ;;
     # issue 24: each GRPO row is one `python -m pipelines.train` job (benchmarks.gpu_grpo); the plain generate of the
-    # same batches (benchmarks.vllm_rollout) runs alone on the GPU before and after the small rows
+    # same batches (benchmarks.vllm_rollout) runs alone on the GPU: SmolLM2's before the small rows, the 1.7B's last
+    # shapes: the random-weight 1.7B and 8B shapes (torch, transformers and the base bundle's tokenizer suffice), written
+    # while the other bundle parts travel; the suites wait for it
+    shapes) background shapes "$B models --out $W/models --shapes qwen3-1.7b-shape qwen3-8b-shape" ;;
     grpo-speed) background grpo-speed "timeout 300 $ROLL --model smollm2-135m --tokens 128 --out $SPEED_DIR/vllm_rollout_smollm2.json \
-      > $SPEED_DIR/vllm_rollout_smollm2.log 2>&1; $B models --out $W/models --shapes qwen3-1.7b-shape; \
-      $B suite targets --models $W/models --gpus 0 --out $SPEED_DIR --timeout 420 --deadline ${SPEED_S:-1200}; \
+      > $SPEED_DIR/vllm_rollout_smollm2.log 2>&1; $WAIT_SHAPES; $B models --out $W/models --shapes qwen3-1.7b-shape; \
+      $B suite targets --models $W/models --gpus 0 --out $SPEED_DIR --timeout 420 --deadline ${SPEED_S:-1200}" ;;
+    # after grpo-speed when both were started here; the plain generate of the 1.7B batch comes last (a short lease
+    # keeps the 8B rows)
+    grpo-speed-8b) background grpo-speed-8b "while [ -f $W/grpo-speed.log ] && [ ! -f $W/grpo-speed.done ]; do sleep 2; done; \
+      $WAIT_SHAPES; $B models --out $W/models --shapes qwen3-8b-shape; \
+      $B suite targets-8b --models $W/models --gpus 0 --out $SPEED_DIR --timeout 900 --deadline ${SPEED8_S:-1800}; \
       timeout 300 $ROLL --model $W/models/qwen3-1.7b-shape --tokens 512 --ignore-eos --share 0.3 \
       --out $SPEED_DIR/vllm_rollout_qwen3-1.7b.json > $SPEED_DIR/vllm_rollout_qwen3-1.7b.log 2>&1" ;;
-    grpo-speed-8b) background grpo-speed-8b "while [ -f $W/grpo-speed.log ] && [ ! -f $W/grpo-speed.done ]; do sleep 2; done; \
-      $B models --out $W/models --shapes qwen3-8b-shape; \
-      $B suite targets-8b --models $W/models --gpus 0 --out $SPEED_DIR --timeout 900 --deadline ${SPEED8_S:-1800}" ;;
     wait-grpo-speed)
       started grpo-speed grpo-speed-8b || continue
       end=$(( $(date +%s) + ${WAIT_S:-500} ))

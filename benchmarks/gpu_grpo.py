@@ -438,16 +438,16 @@ def suite(name: str) -> list[list[RunSpec]]:
                  RunSpec("smollm2-135m", "trl-vllm", 128, prompts=8, steps=WARMUP_STEPS + 21),
                  RunSpec("qwen3-1.7b-shape", "trl-vllm", 512, prompts=8, steps=WARMUP_STEPS + 20),
                  RunSpec("smollm2-135m", "trl-vllm-lora", 128, prompts=8, steps=WARMUP_STEPS + 21)]]
-    if name == "targets-8b":  # the seed's recipe on the seed's size, as shipped, then TRL + PEFT bf16 on its batch
-        # The recipe's gpu_memory_utilization 0.7 is of the card (99 GB on an H200): TRL's bf16 copy beside it would
-        # not fit, so its row gets what grpo_playground.vllm_memory sizes for it on an H200 (0.2); the last row is the
-        # recipe at its own sized share (0.12 in 4-bit), for the <= 40 GiB target.
-        # The proven TRL path first; then the recipe's 4-bit path, never run on a GPU: if its import chain still lacks
-        # a module, the lane skips its second row (run_lanes).
-        return [[RunSpec("qwen3-8b-shape", "trl-vllm", 1024, prompts=1, steps=WARMUP_STEPS + 8,
-                         vllm_share=0.2, recipe=SEED_RECIPE),
-                 RunSpec("qwen3-8b-shape", "recipe", 1024, prompts=1, steps=WARMUP_STEPS + 8, vllm_share=0.12,
+    if name == "targets-8b":  # the seed's recipe on the seed's size, then TRL + PEFT bf16 on its batch, then as shipped
+        # The recipe's gpu_memory_utilization 0.7 is of the card (99 GB on an H200), so its first row gets its sized
+        # share (0.12 in 4-bit), for the <= 40 GiB target; TRL's bf16 copy beside 0.7 would not fit, so its row gets
+        # what grpo_playground.vllm_memory sizes for it on an H200 (0.2); the recipe exactly as shipped comes last.
+        # The 4-bit path (never run on a GPU) comes first: a lease that runs short still measures it, and if its
+        # import chain lacks a module it fails within a minute and the lane skips its later 4-bit row (run_lanes).
+        return [[RunSpec("qwen3-8b-shape", "recipe", 1024, prompts=1, steps=WARMUP_STEPS + 8, vllm_share=0.12,
                          recipe=SEED_RECIPE),
+                 RunSpec("qwen3-8b-shape", "trl-vllm", 1024, prompts=1, steps=WARMUP_STEPS + 8,
+                         vllm_share=0.2, recipe=SEED_RECIPE),
                  RunSpec("qwen3-8b-shape", "recipe", 1024, prompts=1, steps=WARMUP_STEPS + 8, recipe=SEED_RECIPE)]]
     raise ValueError(f"unknown suite {name!r}: use one of {', '.join(SUITES)}")
 

@@ -372,7 +372,7 @@ def test_issue_24_suites_ask_for_the_target_rows():
     big = gpu_grpo.suite("targets-8b")[0]
     assert all((s.model, s.prompts, s.completion, s.recipe) == ("qwen3-8b-shape", 1, 1024, gpu_grpo.SEED_RECIPE)
                for s in big)
-    assert [s.mode for s in big] == ["trl-vllm", "recipe", "recipe"] and big[2].vllm_share is None
+    assert [s.mode for s in big] == ["recipe", "trl-vllm", "recipe"] and big[2].vllm_share is None
     assert all(s.steps - gpu_grpo.WARMUP_STEPS >= 8 for s in big)
     assert len({s.label for s in small + big}) == len(small + big)
 
