@@ -137,3 +137,30 @@ def test_an_evaluation_step_of_several_checkpoints_reports_each_from_its_record(
         sleeper.wait()
     state = eval_job_state()  # its supervisor is gone: what was not written failed
     assert state["state"] == "failed" and [i["state"] for i in state["items"]] == ["done", "failed", "failed"]
+
+
+def test_a_job_read_while_its_supervisor_starts_is_running_and_one_that_never_started_failed(tmp_path, monkeypatch):
+    """Before: a UI tick between start_job's first write and its supervisor's pid read the job as ended, so a
+    finishing export said "ended without a result" and a scale-out "failed" (CI, 2026-12-04; the jobs finished)."""
+    from grpo_playground.contracts.layout import EXPORT_JOB, SCALE_OUT_JOB
+    from grpo_playground.jobs import record as record_module
+    from grpo_playground.jobs.exports import export_state
+    from grpo_playground.jobs.scale_outs import scale_out_state
+
+    seen, real_popen = [], subprocess.Popen
+
+    def popen_after_a_look(*args, **kwargs):  # the record on disk as a tick finds it before the supervisor runs
+        (tmp_path / SCALE_OUT_JOB).write_text((tmp_path / EXPORT_JOB).read_text())
+        seen.append((export_state(tmp_path)["state"], scale_out_state(tmp_path)["state"],
+                     stop_job(tmp_path / EXPORT_JOB)))
+        return real_popen(*args, **kwargs)
+
+    monkeypatch.setattr(record_module.subprocess, "Popen", popen_after_a_look)
+    with open(tmp_path / "export.log", "wb") as log:
+        record = start_job(tmp_path / EXPORT_JOB, "export", [step("export", python("pass"))], log,
+                           python_child_env(), result=tmp_path / "export.json")
+    assert seen == [("running", "running", None)]  # and Stop has nothing to signal yet
+    assert wait_for(lambda: job_state(read_record(tmp_path / EXPORT_JOB)) == "finished")
+    write_json_atomic(tmp_path / EXPORT_JOB, {**record, "pid": None, "state": "created", "started": time.time() - 60})
+    assert export_state(tmp_path)["state"] == "failed"  # start_job gave up on it long ago
+    assert "without a result" in export_state(tmp_path)["reason"]

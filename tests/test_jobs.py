@@ -337,7 +337,17 @@ def test_export_state_is_read_back_from_export_json(tmp_path):
     # no export.json, or an earlier attempt's: this attempt ended without a result
     assert export_state(tmp_path)["state"] == "failed"
     result_file.write_text(json.dumps({"state": "finished", "started": 50.0, "files": {"gguf_q4_k_m": str(gguf)}}))
-    assert "without a result" in export_state(tmp_path)["reason"]
+    assert "without a result (no exit status recorded)" in export_state(tmp_path)["reason"]
+    # a crash before export.json: the supervisor's exit reason and the traceback's last line say why
+    (tmp_path / EXPORT_JOB).write_text(json.dumps({"pid": ended.pid, "state": "failed", "started": 100.0,
+                                                   "reason": "exit 1", "result": str(result_file)}))
+    (tmp_path / "export.log").write_text("[ui] export 2026-12-05: --run x\n[job] 08:00:00 export: python -m ...\n"
+                                         "Traceback (most recent call last):\nValueError: no adapter\n"
+                                         "[job] 08:00:01 export: failed (exit 1)\n")
+    assert export_state(tmp_path)["reason"] == ("the export process ended without a result (exit 1); its log ends "
+                                                "with: ValueError: no adapter")
+    (tmp_path / EXPORT_JOB).write_text(json.dumps({"pid": ended.pid, "state": "running", "started": 100.0,
+                                                   "result": str(result_file)}))
     greedy = {"match": True, "max_new_tokens": 16, "cases": [{"match": True}]}
     result_file.write_text(json.dumps({"state": "finished", "started": 101.0, "errors": ["q4 answer off"],
                                        "stage": "grpo", "checks": {"greedy_f16": greedy},

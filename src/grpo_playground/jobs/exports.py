@@ -83,8 +83,16 @@ def export_state(run_dir: Path) -> dict:
         files = [path for path in result.get("files", {}).values() if Path(path).is_file()]
         return {**state, "state": "finished", "files": files, "problems": list(result.get("errors", [])),
                 "checks": dict(result.get("checks") or {}), "stage": result.get("stage")}
-    reason = result.get("error") or f"the export process ended without a result: see {EXPORT_LOG} in the run folder"
-    return {**state, "state": "failed", "reason": reason[:500]}
+    return {**state, "state": "failed", "reason": (result.get("error") or _no_result(job, state["log"]))[:500]}
+
+
+def _no_result(job: dict, log: str) -> str:
+    """Why an attempt that wrote no result ended: its exit (a signal is a kill: out of memory, a crash in native
+    code) and its log's last line (a traceback's error, raised before export.json was written)."""
+    exit_reason = job.get("reason") or "no exit status recorded"
+    lines = [line.strip() for line in log.splitlines() if line.strip() and not line.startswith(("[job]", MARKER))]
+    last = f"; its log ends with: {lines[-1][:300]}" if lines else ""
+    return f"the export process ended without a result ({exit_reason}){last}"  # the panel points to the log
 
 
 def _last_attempt(path: Path) -> str:

@@ -76,16 +76,26 @@ def start_job(path: Path, kind: str, steps: list[dict], log: BinaryIO, env: dict
     raise RuntimeError(f"the {kind} job's supervisor did not start: {log_tail(log_path, 2000)}")
 
 
+def supervisor_starting(record: dict) -> bool:
+    """start_job wrote the record and waits for its supervisor's pid (START_TIMEOUT_S at most)."""
+    return record.get("pid") is None and time.time() - float(record.get("started") or 0) < START_TIMEOUT_S
+
+
 def job_state(record: dict) -> str:
-    """The record's state, "failed" when it says active but its supervisor is gone (killed, a reboot)."""
+    """The record's state, "failed" when it says active but its supervisor is gone (killed, a reboot), or when it
+    is still "created" (start_job's own write, before the supervisor's pid) long after start_job gave up on it."""
     state = record.get("state")
+    if state == JobState.CREATED and not supervisor_starting(record):
+        return JobState.FAILED.value
     if state in ACTIVE_STATES and not is_alive(record.get("pid"), record.get("start_ticks")):
         return JobState.FAILED.value
     return str(state) if state else "none"
 
 
 def job_running(record: dict) -> bool:
-    return bool(record) and job_state(record) in ACTIVE_STATES
+    """Starting or active: a UI tick that reads the record while the supervisor starts must not take the job for
+    ended (an export read 'failed: no result' in the second before its supervisor wrote its pid)."""
+    return bool(record) and job_state(record) in (JobState.CREATED, *ACTIVE_STATES)
 
 
 def slot_queue(runs: Path) -> list[Path]:
@@ -105,6 +115,8 @@ def stop_job(path: Path) -> int | None:
     group whose supervisor was killed on its own is SIGKILLed: nothing is left to record or save. (A training run
     is stopped through its supervisor alone, which passes the stop to the trainer: jobs.control.stop_run.)"""
     record = read_record(path)
+    if record.get("state") == JobState.CREATED:
+        return None  # its supervisor is starting: nothing to signal yet
     if not job_running(record):
         # a supervisor still alive has recorded its end and killed its group: it is exiting, nothing is left
         supervisor_gone = not is_alive(record.get("pid"), record.get("start_ticks"))

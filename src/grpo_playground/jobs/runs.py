@@ -15,7 +15,7 @@ from pathlib import Path
 from grpo_playground.contracts.metrics import decode_record
 from grpo_playground.contracts.process import group_members, is_alive
 from grpo_playground.contracts.layout import COMPARISON_JOB
-from grpo_playground.jobs.record import START_TIMEOUT_S, slot_queue
+from grpo_playground.jobs.record import slot_queue, supervisor_starting
 from grpo_playground.run_layout import (
     ACTIVE_STATES,
     JOB_FILE,
@@ -56,8 +56,8 @@ class RunInfo:
         """The supervisor or anything left in its process group; for a run started from the CLI (no job.json)
         the pid the job wrote. A bare pid can be recycled after a reboot, so it is the last resort."""
         if self.job:
-            if self.job.get("pid") is None:  # its supervisor is starting: start_job waits this long for its pid
-                return time.time() - (self.job.get("started") or 0) < START_TIMEOUT_S
+            if self.job.get("pid") is None:
+                return supervisor_starting(self.job)
             if is_alive(self.job.get("pid"), self.job.get("start_ticks")):
                 return True
             return bool(self.job.get("pid") and group_members(int(self.job["pid"])))
