@@ -74,6 +74,7 @@ class Mode:
 MODES = {
     "trl-slow": Mode("TRL+PEFT bf16, TRL's rollouts (cache off under checkpointing)", "trl", env={SLOW_ROLLOUTS_ENV: "1"}),
     "trl": Mode("(a) TRL+PEFT bf16, HF generate", "trl"),
+    "trl-full": Mode("(a') as (a), TRL's full-vocabulary log-probs", "trl", grpo={"logprobs": "full"}),
     "trl-vllm": Mode("(f) TRL+PEFT bf16, TRL's colocated vLLM", "trl", use_vllm=True),
     "trl-vllm-full": Mode("(h) as (f), TRL's full-vocabulary log-probs", "trl", use_vllm=True,
                           grpo={"logprobs": "full", "weight_sync": "merge"}),
