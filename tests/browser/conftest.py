@@ -109,6 +109,15 @@ def open_page(browser, url: str):
     return context, page
 
 
+def drawn_texts(page, locator, timeout_s: float = 15.0) -> list[str]:
+    """The texts once there are any: vega draws a chart's axes after its marks, and a tick may redraw the chart
+    (CI read the axis labels between the marks and the axes: [])."""
+    deadline = time.monotonic() + timeout_s
+    while not (texts := locator.all_text_contents()) and time.monotonic() < deadline:
+        page.wait_for_timeout(200)
+    return texts
+
+
 def file_stem(request) -> str:
     """The test's name, safe as a file name (parametrized ids can hold anything)."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TIMEOUT_MS, open_page
+from conftest import TIMEOUT_MS, drawn_texts, open_page
 from test_e2e_flow import show_screen
 
 expect = pytest.importorskip("playwright.sync_api").expect
@@ -59,7 +59,7 @@ def pick(page, run_id: str) -> None:
 def x_ticks(page, plot: int) -> list[int]:
     page.locator(f"#training-plot-{plot} svg.marks").wait_for()
     labels = page.locator(f"#training-plot-{plot} svg g[aria-label^='X-axis'] .role-axis-label text")
-    return [int(t) for t in labels.all_text_contents()]
+    return [int(t) for t in drawn_texts(page, labels)]
 
 
 def test_grpo_charts_have_their_own_axis_whole_legends_and_readable_widths(browser, app_url):
@@ -73,7 +73,7 @@ def test_grpo_charts_have_their_own_axis_whole_legends_and_readable_widths(brows
         expect(page.locator("#training-plot-5")).to_contain_text("Loss: grpo")
         assert max(x_ticks(page, 5)) <= 12, x_ticks(page, 5)
         # the legend says the whole key (it was cut: "zero-std groups (frac_reward_zero_std")
-        legend = page.locator("#training-plot-4 svg g.role-legend text").all_text_contents()
+        legend = drawn_texts(page, page.locator("#training-plot-4 svg g.role-legend text"))
         assert "zero-std groups (frac_reward_zero_std)" in legend, legend
         for plot in (0, 1, 5):  # two thirds of a laptop screen, two charts a row
             assert page.locator(f"#training-plot-{plot}").bounding_box()["width"] >= 370
@@ -82,7 +82,7 @@ def test_grpo_charts_have_their_own_axis_whole_legends_and_readable_widths(brows
         expect(page.locator("#training-plot-5")).to_contain_text("Loss: sft")
         expect(page.locator("#training-plot-7")).to_contain_text("Where the step time went (s): sft")
         assert max(x_ticks(page, 5)) >= 200
-        phases = page.locator("#training-plot-7 svg g.role-legend text").all_text_contents()
+        phases = drawn_texts(page, page.locator("#training-plot-7 svg g.role-legend text"))
         assert "rollout" not in phases and "forward backward" in phases, phases
     finally:
         context.close()

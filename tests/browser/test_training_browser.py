@@ -127,7 +127,7 @@ def test_each_screen_fits_a_laptop_and_steps_are_whole(browser, app_url, screens
     """Set up, live run and history are each one screen at 1280x800: their key items are in view without
     scrolling (the form was one ~4,800-px page). The live charts label steps 1, 2, 3, never 1.2; the step-time
     chart is a bar per step stacked by phase; a long completion does not stretch the sample table."""
-    from conftest import open_page
+    from conftest import drawn_texts, open_page
 
     run = write_run()
     for n in range(12):  # a user with many runs (as CI's shared runs folder has): the history table at full height
@@ -163,13 +163,12 @@ def test_each_screen_fits_a_laptop_and_steps_are_whole(browser, app_url, screens
         assert outside_screen(page, live) == [], outside_screen(page, live)
         # whole steps on the x axis (10 steps logged: vega's default ticks were 1, 1.5, 2, ... or 1.2, 1.4)
         x_axis = page.locator("#training-plot-0 svg g[aria-label^='X-axis']")
-        ticks = x_axis.locator(".role-axis-label text").all_text_contents()
+        ticks = drawn_texts(page, x_axis.locator(".role-axis-label text"))
         assert ticks and all(t.isdigit() for t in ticks), ticks
         assert len(set(ticks)) == len(ticks), ticks  # no "1" twice (a rounded 1.5)
         # the step-time chart: one bar (a rect) per phase per step, stacked (3 steps x 4 phases logged)
         page.locator("#training-plot-7 svg.marks").wait_for()
-        bars = page.locator("#training-plot-7 svg .mark-rect path")
-        assert bars.count() == 12, bars.count()
+        expect(page.locator("#training-plot-7 svg .mark-rect path")).to_have_count(12)
         # a 7,500-character completion is clipped in its cell: the table scrolls in its own box, the page does not
         table = page.locator("#training-samples")
         expect(table).to_contain_text("word word")
