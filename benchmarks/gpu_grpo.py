@@ -38,7 +38,8 @@ from grpo_playground.cli.args import TrainArgs
 from grpo_playground.step_timing import PHASES, STEP_KEY, phase_key
 
 ROOT = Path(__file__).resolve().parents[1]
-HBM_BYTES_PER_S = 4.3e12  # device-to-device copy measured on the H200 (KINDS.md): the decode floor's bandwidth
+# the decode floor's bandwidth: device-to-device copies measured on the lent cards (KINDS.md), by nvidia-smi's name
+HBM_BYTES_PER_S = {"H200": 4.3e12, "H100": 3.0e12}
 NF4_BYTES_PER_PARAM = 0.5 + 4 / 64  # 4-bit weights + one fp32 absmax per 64 (bitsandbytes nf4, no double quant)
 SLOW_ROLLOUTS_ENV = "GRPO_PLAYGROUND_SLOW_ROLLOUTS"
 
@@ -186,11 +187,12 @@ def weight_census(hf_dir: Path) -> dict:
     return {"params": total, "embedding_params": embed}
 
 
-def decode_floor(census: dict, four_bit: bool, rows: int) -> dict:
+def decode_floor(census: dict, four_bit: bool, rows: int, card: str = "H200") -> dict:
     """Memory-bandwidth floor of decoding: every step reads all weights once (KV cache ignored: a lower bound)."""
     embed, rest = census["embedding_params"], census["params"] - census["embedding_params"]
     weight_bytes = embed * 2 + rest * (NF4_BYTES_PER_PARAM if four_bit else 2)
-    step_s = weight_bytes / HBM_BYTES_PER_S
+    bandwidth = next((b for name, b in HBM_BYTES_PER_S.items() if name in card), HBM_BYTES_PER_S["H200"])
+    step_s = weight_bytes / bandwidth
     return {"weight_bytes": weight_bytes, "floor_step_ms": step_s * 1e3, "floor_tok_s": rows / step_s}
 
 
@@ -290,6 +292,16 @@ class MemorySampler:
         return dict(self.peak)
 
 
+def gpu_card(index: int) -> str:
+    """nvidia-smi's name of GPU `index` ("" without one): H100 and H200 rows are never compared with each other."""
+    try:
+        out = subprocess.run(["nvidia-smi", f"--id={index}", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.strip()
+
+
 WARMUP_STEPS = 3  # compile, allocator growth, CUDA graphs: reported apart, never in the medians
 
 
@@ -375,13 +387,14 @@ def run_one(spec: RunSpec, out: Path, models_dir: Path | None, gpus: str, timeou
     used = [int(i) for i in gpus.split(",") if i.strip().isdigit()]
     if peaks and used:
         result["smi_peak_gib"] = round(max(peaks.get(i, 0) for i in used) / 1024, 2)
+    result["card"] = gpu_card(used[0]) if used else ""
     hf = _hf_dir(location)
     if hf is not None:
         census = weight_census(hf)
         from grpo_playground.config import load_recipe
 
         four_bit = load_recipe(recipe).model.load_in_4bit  # a shipped recipe's own setting when it gives the mode
-        result.update(census, **decode_floor(census, four_bit, spec.prompts * spec.generations))
+        result.update(census, **decode_floor(census, four_bit, spec.prompts * spec.generations, result["card"] or "H200"))
     if result["state"] != "finished":
         result["log_tail"] = "".join(_lines(run_dir / "log.txt")[-25:])
     (out / "results").mkdir(exist_ok=True)
@@ -506,9 +519,10 @@ def _fmt(value, digits=1) -> str:
 
 def table(results: list[dict]) -> str:
     """Markdown table; ratios against the (a) run of the same model, length, batch and GPU count."""
-    key = lambda r: (r["model"], r["completion"], r["prompts"], r["num_gpus"])  # noqa: E731
+    # a run compares only with a baseline on the same card
+    key = lambda r: (r.get("card", ""), r["model"], r["completion"], r["prompts"], r["num_gpus"])  # noqa: E731
     base = {key(r): r for r in results if r["mode"] == BASELINE_MODE and r.get("step_s")}
-    one_gpu = {(r["model"], r["completion"], r["prompts"]): r for r in results
+    one_gpu = {(r.get("card", ""), r["model"], r["completion"], r["prompts"]): r for r in results
                if r["mode"] == BASELINE_MODE and r["num_gpus"] == 1 and r.get("gen_tok_s")}
     lines = ["| model | completion | prompts x G | GPUs | mode | step s | gen tok/s | trained tok/s | peak GiB (smi / torch) "
              "| step x(a) | gen x(a) | floor tok/s | % floor | state |",
@@ -517,13 +531,14 @@ def table(results: list[dict]) -> str:
     for r in sorted(results, key=lambda r: (r["model"], r["completion"], r["prompts"], r["num_gpus"], order.get(r["mode"], 99))):
         a = base.get(key(r))
         if a is None and r["num_gpus"] > 1:  # multi-GPU rows compare with the 1-GPU (a) run
-            a = one_gpu.get((r["model"], r["completion"], r["prompts"]))
+            a = one_gpu.get((r.get("card", ""), r["model"], r["completion"], r["prompts"]))
         step_ratio = a["step_s"] / r["step_s"] if a and r.get("step_s") else None
         gen_ratio = r["gen_tok_s"] / a["gen_tok_s"] if a and r.get("gen_tok_s") and a.get("gen_tok_s") else None
         floor = r.get("floor_tok_s")
         share = 100 * r["gen_tok_s"] / (floor * r["num_gpus"]) if floor and r.get("gen_tok_s") else None
         lines.append("| " + " | ".join([
-            r["model"], str(r["completion"]), f"{r['prompts']} x {r['generations']}", str(r["num_gpus"]),
+            r["model"] + (f" ({r['card'].removeprefix('NVIDIA ')})" if r.get("card") else ""), str(r["completion"]),
+            f"{r['prompts']} x {r['generations']}", str(r["num_gpus"]),
             r.get("mode_label") or (MODES[r["mode"]].label if r["mode"] in MODES else r["mode"]), _fmt(r.get("step_s"), 2),
             _fmt(r.get("gen_tok_s"), 0), _fmt(r.get("trained_tok_s"), 0),
             f"{_fmt(r.get('smi_peak_gib'))} / {_fmt(r.get('torch_peak_gib'))}",
@@ -533,7 +548,7 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-REPORT_KEYS = ("mode_label", "model", "completion", "prompts", "generations", "num_gpus", "vllm_share", "state",
+REPORT_KEYS = ("mode_label", "card", "model", "completion", "prompts", "generations", "num_gpus", "vllm_share", "state",
                "reason", "steps_measured", "warmup_steps_s", "step_s", "p90_step_s", "gen_tok_s", "phases_s",
                "smi_peak_gib", "torch_peak_gib", "mean_completion", "floor_tok_s", "wall_s")
 

@@ -106,6 +106,15 @@ def test_decode_floor_counts_every_weight_once_per_step():
     assert bf16["floor_tok_s"] == pytest.approx(64 * 4.3e12 / 2e9)
     nf4 = gpu_grpo.decode_floor(census, four_bit=True, rows=64)
     assert nf4["weight_bytes"] == pytest.approx(200e6 * 2 + 800e6 * 0.5625)  # embeddings stay 16-bit
+    h100 = gpu_grpo.decode_floor(census, four_bit=False, rows=64, card="NVIDIA H100 80GB HBM3")
+    assert h100["floor_tok_s"] == pytest.approx(64 * 3.0e12 / 2e9)  # the H100's measured copy bandwidth
+
+
+def test_table_never_compares_runs_on_different_cards():
+    results = [_result("trl", 4.0, 1000.0) | {"card": "NVIDIA H200"},
+               _result("unsloth", 2.0, 3000.0) | {"card": "NVIDIA H100 80GB HBM3"}]
+    row = [line for line in gpu_grpo.table(results).splitlines() if "Unsloth" in line][0].split("|")
+    assert "(H100 80GB HBM3)" in row[1] and row[10].strip() == "-"  # no step ratio against the H200's baseline
 
 
 def test_weight_census_reads_safetensors_headers(tmp_path):
