@@ -109,7 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         results.append({"engine": args.engine, **summarize(kind, seconds, tokens)})
     print(table(results))
     if args.out:
-        args.out.write_text(json.dumps({"model": args.model, "prompts": args.prompts, "generations": args.generations,
+        import torch
+
+        args.out.write_text(json.dumps({"model": args.model, "card": torch.cuda.get_device_name(0),
+                                        "prompts": args.prompts, "generations": args.generations,
                                         "tokens": args.tokens, "engine_start_s": round(engine_s, 1),
                                         "results": results}, indent=1))
     return 0
