@@ -96,14 +96,13 @@ torch.cuda.device_count())"; } > $W/env.txt 2>&1; grep -v "^|" $W/env.txt | tail
     shapes) background shapes "$B models --out $W/models --shapes qwen3-1.7b-shape qwen3-8b-shape" ;;
     grpo-speed) background grpo-speed "timeout 300 $ROLL --model smollm2-135m --tokens 128 --out $SPEED_DIR/vllm_rollout_smollm2.json \
       > $SPEED_DIR/vllm_rollout_smollm2.log 2>&1; $WAIT_SHAPES; $B models --out $W/models --shapes qwen3-1.7b-shape; \
-      $B suite targets --models $W/models --gpus 0 --out $SPEED_DIR --timeout 420 --deadline ${SPEED_S:-1200}" ;;
-    # after grpo-speed when both were started here; the plain generate of the 1.7B batch comes last (a short lease
-    # keeps the 8B rows)
-    grpo-speed-8b) background grpo-speed-8b "while [ -f $W/grpo-speed.log ] && [ ! -f $W/grpo-speed.done ]; do sleep 2; done; \
-      $WAIT_SHAPES; $B models --out $W/models --shapes qwen3-8b-shape; \
-      $B suite targets-8b --models $W/models --gpus 0 --out $SPEED_DIR --timeout 900 --deadline ${SPEED8_S:-1800}; \
+      $B suite targets --models $W/models --gpus 0 --out $SPEED_DIR --timeout 420 --deadline ${SPEED_S:-1200}; \
       timeout 300 $ROLL --model $W/models/qwen3-1.7b-shape --tokens 512 --ignore-eos --share 0.3 \
       --out $SPEED_DIR/vllm_rollout_qwen3-1.7b.json > $SPEED_DIR/vllm_rollout_qwen3-1.7b.log 2>&1" ;;
+    # after grpo-speed when both were started here
+    grpo-speed-8b) background grpo-speed-8b "while [ -f $W/grpo-speed.log ] && [ ! -f $W/grpo-speed.done ]; do sleep 2; done; \
+      $WAIT_SHAPES; $B models --out $W/models --shapes qwen3-8b-shape; \
+      $B suite targets-8b --models $W/models --gpus 0 --out $SPEED_DIR --timeout 900 --deadline ${SPEED8_S:-1800}" ;;
     wait-grpo-speed)
       started grpo-speed grpo-speed-8b || continue
       end=$(( $(date +%s) + ${WAIT_S:-500} ))
