@@ -374,7 +374,7 @@ def test_the_bundle_carries_vllms_quantization_pins_from_the_gpu_requirements():
 def test_issue_24_suites_ask_for_the_target_rows():
     small = gpu_grpo.suite("targets")[0]
     assert [(s.model, s.prompts, s.generations, s.completion) for s in small] == [
-        ("smollm2-135m", 8, 8, 128), ("smollm2-135m", 8, 8, 128), ("qwen3-1.7b-shape", 8, 8, 512),
+        ("qwen3-1.7b-shape", 8, 8, 512), ("smollm2-135m", 8, 8, 128), ("smollm2-135m", 8, 8, 128),
         ("smollm2-135m", 8, 8, 128)]
     assert [s.mode for s in small if s.model == "smollm2-135m"] == ["trl-vllm-deltas", "trl-vllm", "trl-vllm-lora"]
     assert all(s.steps - gpu_grpo.WARMUP_STEPS >= 20 for s in small)
