@@ -160,8 +160,10 @@ def test_eval_panel_runs_a_background_job_and_compares(tiny, adapter_run, monkey
     with pytest.raises(ValueError, match="neither a registry model"):
         store.check_checkpoint("/etc")
     started = time.monotonic()
-    status = run_evals(["tiny", sft], "generator:test", 4, 4, 24, "")
-    assert time.monotonic() - started < 10 and "Evaluating" in status  # a job, not a request held open
+    message = run_evals(["tiny", sft], "generator:test", 4, 4, 24, "")
+    assert time.monotonic() - started < 10  # a job, not a request held open
+    assert message.startswith("Started evaluating 2 checkpoint(s) on 4 examples") and "Evaluating" in refresh(
+        "generator:test", None)[0]
     with pytest.raises(Exception, match="already running"):
         run_evals(["tiny"], "generator:test", 4, 4, 24, "")
     deadline = time.monotonic() + 400

@@ -37,6 +37,10 @@ def test_before_a_result_the_panel_says_so_instead_of_an_empty_chart(page, expec
         expect(page.locator("#compare-no-result")).to_contain_text("No result yet")
         for part in ("#compare-chart", "#compare-arms", "#compare-levels"):
             expect(page.locator(part)).to_be_hidden()
+        # Stop answers beside the status, which stays the view's alone (the next tick would overwrite it there)
+        page.get_by_role("button", name="Stop comparison").click()
+        expect(page.locator("#compare-message")).to_contain_text(f"Comparison {folder.name} is not running.")
+        expect(page.locator("#compare-status")).to_contain_text("Stopped (press Resume comparison to go on")
     finally:
         shutil.rmtree(folder)  # the newest comparison of the list: the next test reads its own
 

@@ -349,6 +349,7 @@ def create_compare_panel() -> dict:
         resume = gr.Button("Resume comparison", elem_id="compare-resume")
         picker = gr.Dropdown(choices=[], label="Comparison", info="every comparison of this app, newest first",
                              elem_id="compare-picker", scale=2)
+    message = gr.Markdown(elem_id="compare-message")  # Stop answers here: the status has one writer, the view
     status = gr.Markdown(elem_id="compare-status")
     # until a result exists: this sentence, not an empty chart and two empty tables
     no_result = gr.Markdown("No result yet: each arm's accuracy (a chart) and the tables by arm and by level show here "
@@ -376,13 +377,13 @@ def create_compare_panel() -> dict:
     gr.on([timer.tick], view, [picker, shown], views, show_progress="hidden", **ui)
     picker.input(view, [picker, gr.State(None)], views, **ui)
     refresh_btn.click(lambda: gr.Dropdown(choices=recipe_choices()), None, recipe, **ui)
-    run.click(run_start, [recipe, minutes, n_worked, n_answers, n_eval, levels, round_steps, max_rounds,
-                          format_target, token, answers, eval_data], picker, concurrency_limit=1,
-              concurrency_id="compare", **ui).success(
-        view, [picker, gr.State(None)], views, **ui)
-    stop.click(run_stop, [picker, token], status, **ui)
-    resume.click(run_resume, [picker, token], picker, concurrency_limit=1, concurrency_id="compare", **ui).success(
-        view, [picker, gr.State(None)], views, **ui)
+    started = run.click(run_start, [recipe, minutes, n_worked, n_answers, n_eval, levels, round_steps, max_rounds,
+                                    format_target, token, answers, eval_data], picker, concurrency_limit=1,
+                        concurrency_id="compare", **ui)
+    stop.click(run_stop, [picker, token], message, **ui)
+    resumed = resume.click(run_resume, [picker, token], picker, concurrency_limit=1, concurrency_id="compare", **ui)
+    for going in (started, resumed):  # the status shows it running; a Stop's answer would be stale
+        going.success(view, [picker, gr.State(None)], views, **ui)
+        going.success(lambda: "", None, message, **ui)
     return {"recipe": recipe, "minutes": minutes, "run": run, "stop": stop, "resume": resume, "picker": picker,
-            "status": status,
-            "chart": chart, "arms": arms, "levels": levels_table, "sources": sources_table}
+            "message": message, "status": status, "chart": chart, "arms": arms, "levels": levels_table, "sources": sources_table}

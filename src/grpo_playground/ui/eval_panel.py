@@ -105,8 +105,8 @@ def backend_choices() -> list[str]:
     return ["transformers"] + (["vllm"] if vllm_unavailable_reason() is None else [])
 
 
-def run_evals(checkpoints, data, n, batch_size, max_new_tokens, token, backend="transformers"):
-    """Start the evaluation job (returns at once; the timer shows its progress)."""
+def run_evals(checkpoints, data, n, batch_size, max_new_tokens, token, backend="transformers") -> str:
+    """Start the evaluation job (returns at once; the timer shows its progress in the status); what started."""
     try:
         check_owner(token)
         if backend not in backend_choices():
@@ -120,7 +120,9 @@ def run_evals(checkpoints, data, n, batch_size, max_new_tokens, token, backend="
         n, batch_size, max_new_tokens = int(n), int(batch_size), int(max_new_tokens)
         if not 1 <= n <= MAX_N:
             raise ValueError(f"n={n}: evaluate between 1 and {MAX_N} examples here (the CLI takes more)")
-        return job_status(start_eval_job(models, data, n, batch_size, max_new_tokens, backend))
+        state = start_eval_job(models, data, n, batch_size, max_new_tokens, backend)
+        return (f"Started evaluating {len(state['items'])} checkpoint(s) on {n} examples of `{data}` with "
+                f"{backend}: each one's progress shows below.")
     except (ValueError, PermissionError, FileNotFoundError, RuntimeError) as error:
         raise gr.Error(str(error), print_exception=False) from None
 
@@ -175,6 +177,9 @@ def create_eval_panel() -> dict:
     with gr.Row():
         run = gr.Button("Evaluate", variant="primary", elem_id="eval-run")
         stop = gr.Button("Stop")
+    # a click answers here; the status has one writer, the timer (ticks and clicks run concurrently, so a click's
+    # answer could land after a newer tick and show a finished job as running until the next tick)
+    message = gr.Markdown(elem_id="eval-message")
     status = gr.Markdown(elem_id="eval-status")
     log = gr.Textbox(label="Log (tail)", lines=6, max_lines=12, autoscroll=True, elem_id="eval-log")
     verdict = gr.Markdown(elem_id="eval-verdict")
@@ -194,9 +199,9 @@ def create_eval_panel() -> dict:
     gr.on(None, refresh, [data, gr.State(None)], views, **ui)
     gr.on([timer.tick, data.submit], refresh, [data, shown], views, show_progress="hidden", **ui)
     refresh_btn.click(refresh, [data, gr.State(None)], views, **ui)
-    run.click(run_evals, [checkpoints, data, n, batch_size, max_new_tokens, token, backend], status,
+    run.click(run_evals, [checkpoints, data, n, batch_size, max_new_tokens, token, backend], message,
               concurrency_limit=1, concurrency_id="eval", **ui)
-    stop.click(stop_eval, token, status, **ui)
+    stop.click(stop_eval, token, message, **ui)
     return {"checkpoints": checkpoints, "data": data, "n": n, "batch_size": batch_size,
             "max_new_tokens": max_new_tokens, "backend": backend, "token": token, "run": run, "stop": stop,
-            "status": status, "log": log, "table": table, "chart": chart, "verdict": verdict}
+            "message": message, "status": status, "log": log, "table": table, "chart": chart, "verdict": verdict}
