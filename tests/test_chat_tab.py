@@ -232,6 +232,69 @@ def test_side_by_side_replies_stream_at_the_same_time(tmp_path, monkeypatch):
         POOL.stop_all()
 
 
+def test_emptied_number_boxes_are_refused_with_a_reason():
+    """A number box emptied in the page arrives as None: the reason, not a bare "Error" from int(None)."""
+    import gradio as gr
+
+    from grpo_playground.ui import chat_tab
+
+    for temperature, max_tokens, reason in ((0.0, None, "Max tokens must be between"),
+                                            (None, 16, "Give a temperature and a top-p")):
+        with pytest.raises(gr.Error, match=reason):
+            next(chat_tab.chat("Hi", "", SMOLLM2_KEY, "", "", temperature, 0.95, max_tokens, "", [], "", None))
+
+
+def test_a_long_chat_keeps_its_panes_as_short_as_the_history_sent():
+    """Every update re-sends the panes: they keep the turns the model is sent (MAX_HISTORY_MESSAGES) and the new
+    one, so a visitor chatting on cannot grow a session's state and each update without end."""
+    from grpo_playground.ui import chat_tab
+
+    state = None
+    try:
+        for turn in range(chat_tab.MAX_HISTORY_MESSAGES // 2 + 3):
+            *panes, _, _, state = list(chat_tab.chat(f"Say {turn}.", "", SMOLLM2_KEY, "", "", 0.0, 0.95, 1,
+                                                     "Answer briefly.", [], "", state))[-1]
+        assert len(state["display"][0]) == len(panes[0]) == chat_tab.MAX_HISTORY_MESSAGES + 2
+        assert text_of(panes[0][-2]) == f"Say {turn}." and len(state["messages"][0]) <= chat_tab.MAX_HISTORY_MESSAGES + 2
+    finally:
+        POOL.stop_all()
+
+
+def test_a_cancelled_chat_closes_its_stream_instead_of_generating_on_for_nobody(monkeypatch):
+    """Clear (or a closed page) cancels the request's generator: its worker closes the server's stream at the next
+    piece, so the server stops generating, instead of reading the whole reply for no pane."""
+    import threading
+    import time
+
+    from grpo_playground.ui import chat_tab
+
+    ended: list[str] = []
+    real_stream = chat_tab.stream_chat
+
+    def watched_stream(*args, **kwargs):
+        try:
+            yield from real_stream(*args, **kwargs)
+            ended.append("exhausted")
+        except GeneratorExit:
+            ended.append("closed")
+            raise
+
+    monkeypatch.setattr(chat_tab, "stream_chat", watched_stream)
+    try:
+        reply = chat_tab.chat("Count from one to five hundred in words, one number per line.", "", SMOLLM2_KEY, "",
+                              "", 0.0, 0.95, 2000, "Answer briefly.", [], "", None)
+        for update in reply:
+            if len(text_of(update[0][-1])) > 20:  # streaming: the reply has begun
+                break
+        reply.close()  # what Gradio does to a cancelled generator
+        deadline = time.monotonic() + 10
+        while ("_stream_slot" in " ".join(t.name for t in threading.enumerate()) and time.monotonic() < deadline):
+            time.sleep(0.05)
+        assert ended == ["closed"], f"the stream was not closed on cancel: {ended}"
+    finally:
+        POOL.stop_all()
+
+
 def test_a_visitor_chats_only_with_running_servers_and_the_owners_default(tmp_path, monkeypatch):
     """Issue 25 item 6: with an owner token set, 8 questions of a visitor rotating over 4 GGUFs started 8 llama.cpp
     servers (from the 4th on each stopping one and loading another). Now only the owner starts, switches or evicts;

@@ -50,3 +50,27 @@ def test_enter_sends_panes_are_titled_and_an_empty_question_says_so_once(page, s
         screenshot(page, "enter-sends")
     finally:
         POOL.stop_all()
+
+
+def test_clear_during_a_reply_empties_the_panes_for_good(page):
+    """Clear cancels the streaming reply: before, the running reply refilled the cleared panes (and the history
+    came back with its next update)."""
+    page.get_by_role("tab", name="Chat").click()
+    bot = page.locator("#chat-bot-1")
+    try:
+        page.get_by_text("Sampling, system prompt, rewards").click()
+        # at temperature 2 the small model rambles on well past the Clear (a short reply could end before it)
+        for label, value in (("temperature", "2"), ("top_p", "1")):
+            box = page.get_by_label(f"number input for {label}")
+            box.fill(value)
+            box.press("Tab")
+        page.locator("#chat-question textarea").fill("Count from one to three hundred in words, one per line.")
+        page.locator("#chat-send").click()
+        expect(bot.locator('[data-testid="bot"]').last).not_to_be_empty(timeout=REPLY_TIMEOUT_MS)  # streaming
+        page.get_by_role("button", name="Clear conversation").click()
+        expect(bot.locator('[data-testid="user"]')).to_have_count(0)
+        page.wait_for_timeout(3000)  # a running reply's next updates would have landed by now (every 0.1 s)
+        expect(bot.locator('[data-testid="user"]')).to_have_count(0)
+        expect(bot.locator('[data-testid="bot"]')).to_have_count(0)
+    finally:
+        POOL.stop_all()

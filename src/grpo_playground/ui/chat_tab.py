@@ -142,7 +142,7 @@ def check_request(message: str, gold: str, keys: list[str], system: str, max_tok
         raise gr.Error(f"The gold answer is {len(gold)} characters long: give just the final answer (under {MAX_GOLD_CHARS}).")
     if len(system or "") > MAX_SYSTEM_CHARS:
         raise gr.Error(f"The system prompt is {len(system)} characters long: keep it under {MAX_SYSTEM_CHARS}.")
-    if not 1 <= int(max_tokens) <= MAX_TOKENS_LIMIT:
+    if max_tokens is None or not 1 <= int(max_tokens) <= MAX_TOKENS_LIMIT:
         raise gr.Error(f"Max tokens must be between 1 and {MAX_TOKENS_LIMIT}.")
 
 
@@ -200,8 +200,9 @@ def is_owner(token: str | None) -> bool:
 
 
 def _stream_slot(slot: int, target, messages: list[dict], settings: dict, out: queue.Queue, may_start: bool,
-                 may_evict: bool) -> None:
-    """Worker thread: start/reuse the server, stream the reply into `out` as (slot, kind, text)."""
+                 may_evict: bool, cancelled: threading.Event) -> None:
+    """Worker thread: start/reuse the server, stream the reply into `out` as (slot, kind, text); a cancelled
+    request (Clear pressed, the page closed) closes its stream, so the server stops generating for nobody."""
     server = None
     try:
         server, model_name, crash = POOL.server_for(target, may_start=may_start, may_evict=may_evict)
@@ -210,6 +211,8 @@ def _stream_slot(slot: int, target, messages: list[dict], settings: dict, out: q
         deadline = time.monotonic() + MAX_REPLY_S
         for piece in stream_chat(server.base_url, model_name, messages, **settings):
             out.put((slot, "text", piece))
+            if cancelled.is_set():
+                break
             if time.monotonic() > deadline:
                 out.put((slot, "note", f"stopped after {MAX_REPLY_S} s"))
                 break
@@ -240,26 +243,30 @@ def chat(message: str, gold: str, model_1: str, model_2: str, model_3: str, temp
         raise gr.Error(f"Unknown checkpoint {unknown[0]!r}: press 'Refresh list' and pick one from the list.")
     owner, default = is_owner(token), owner_default(known)
     trained = [checkpoint_settings(known[k]) if k else (DEFAULT_TAGS, dict(DEFAULT_WEIGHTS)) for k in keys]
+    if temperature is None or top_p is None:
+        raise gr.Error("Give a temperature and a top-p (the boxes were left empty).")
     settings = {"temperature": float(temperature), "top_p": float(top_p), "max_tokens": int(max_tokens)}
     gold = (gold or "").strip()
     replies: list[str | None] = [None] * SLOTS
     scores = ReplyScores(gold, rewards)  # each reply scored once, when it finishes
     notes: list[str] = []
     out: queue.Queue = queue.Queue()
+    cancelled = threading.Event()
     running = 0
     for slot, key in enumerate(keys):
         if not key:
             continue
         history = state["messages"][slot][-MAX_HISTORY_MESSAGES:] + [{"role": "user", "content": message}]
         state["messages"][slot] = history
-        state["display"][slot] = state["display"][slot] + [{"role": "user", "content": message},
+        # the panes show what the model is sent (each update re-sends them: a long chat must not grow without end)
+        state["display"][slot] = state["display"][slot][-MAX_HISTORY_MESSAGES:] + [{"role": "user", "content": message},
                                                            {"role": "assistant", "content": ""}]
         replies[slot] = ""
         tags = trained[slot][0]
         prompt = system_prompt(tags) if not system or system == DEFAULT_SYSTEM else system
         request = [{"role": "system", "content": prompt}] + history
         threading.Thread(target=_stream_slot, args=(slot, known[key], request, settings, out, owner or key == default,
-                                                    owner), daemon=True).start()
+                                                    owner, cancelled), daemon=True).start()
         running += 1
     waiting: list[str | None] = [None] * SLOTS  # a pane's server start, while it has no text yet
 
@@ -270,37 +277,40 @@ def chat(message: str, gold: str, model_1: str, model_2: str, model_3: str, temp
                 state["display"][slot][-1]["content"] = content or (waiting[slot] or "")
         return (*[list(d) for d in state["display"]], scores.markdown(), "\n\n".join(notes), state)
 
-    yield view()
-    last = shown = time.monotonic()
-    while running:
-        try:
-            slot, kind, text = out.get(timeout=UPDATE_EVERY_S)
-        except queue.Empty:
-            if time.monotonic() - shown >= PROGRESS_EVERY_S:
-                shown = time.monotonic()
-                for slot, key in enumerate(keys):
-                    progress = POOL.progress(known[key]) if key and not replies[slot] else None
-                    waiting[slot] = f"{STARTING_MARK} {known[key].backend} server {progress}" if progress else None
+    try:
+        yield view()
+        last = shown = time.monotonic()
+        while running:
+            try:
+                slot, kind, text = out.get(timeout=UPDATE_EVERY_S)
+            except queue.Empty:
+                if time.monotonic() - shown >= PROGRESS_EVERY_S:
+                    shown = time.monotonic()
+                    for slot, key in enumerate(keys):
+                        progress = POOL.progress(known[key]) if key and not replies[slot] else None
+                        waiting[slot] = f"{STARTING_MARK} {known[key].backend} server {progress}" if progress else None
+                    yield view()
+                continue
+            if kind == "text":
+                replies[slot] += text
+            elif kind == "done":
+                running -= 1
+                waiting[slot] = None
+                scores.add(slot, known[keys[slot]].label, replies[slot], trained[slot])
+            else:
+                waiting[slot] = None
+                notes.append(f"**{known[keys[slot]].label}**: {text}")
+                if kind == "error" and not replies[slot]:
+                    replies[slot] = f"[no reply: {text.splitlines()[0]}]"
+            if time.monotonic() - last >= UPDATE_EVERY_S or not running:
+                last = time.monotonic()
                 yield view()
-            continue
-        if kind == "text":
-            replies[slot] += text
-        elif kind == "done":
-            running -= 1
-            waiting[slot] = None
-            scores.add(slot, known[keys[slot]].label, replies[slot], trained[slot])
-        else:
-            waiting[slot] = None
-            notes.append(f"**{known[keys[slot]].label}**: {text}")
-            if kind == "error" and not replies[slot]:
-                replies[slot] = f"[no reply: {text.splitlines()[0]}]"
-        if time.monotonic() - last >= UPDATE_EVERY_S or not running:
-            last = time.monotonic()
-            yield view()
-    for slot, reply in enumerate(replies):
-        if reply is not None:
-            state["messages"][slot].append({"role": "assistant", "content": reply})
-    yield view()
+        for slot, reply in enumerate(replies):
+            if reply is not None:
+                state["messages"][slot].append({"role": "assistant", "content": reply})
+        yield view()
+    finally:  # Clear, a closed page or the end: no stream goes on for nobody
+        cancelled.set()
 
 
 def restart_backends(model_1: str, model_2: str, model_3: str, token: str = "") -> str:
@@ -367,9 +377,11 @@ def create_chat_tab() -> dict:
     inputs = [question, gold, *pickers, temperature, top_p, max_tokens, system, rewards, owner_token, state]
     outputs = [*chatbots, scores, notes, state]
     gr.api(api_targets, api_name="chat_targets")
-    send.click(chat, inputs, outputs, api_name="chat", concurrency_limit=SLOTS, concurrency_id="chat")
-    question.submit(chat, inputs, outputs, api_name=False, concurrency_id="chat")
-    clear.click(lambda: ([], [], [], "", "", None), None, outputs, api_name=False)
+    # one event for Send and Enter (each alone let Enter then Send stream twice into the same panes); Clear cancels
+    # it, or the running reply refilled the cleared panes and brought the history back
+    sending = gr.on([send.click, question.submit], chat, inputs, outputs, api_name="chat", concurrency_limit=SLOTS,
+                    concurrency_id="chat")
+    clear.click(lambda: ([], [], [], "", "", None), None, outputs, api_name=False, cancels=[sending])
     refresh.click(lambda: [gr.Dropdown(choices=target_choices()) for _ in range(SLOTS)] + [backends_status()],
                   None, [*pickers, status], api_name=False)
     restart.click(restart_backends, [*pickers, owner_token], status, api_name=False)
