@@ -105,7 +105,12 @@ def test_read_jsonl_csv_and_run_samples(tmp_path):
         ("bad.txt", "hello", "upload a .jsonl or .csv"),
         ("big.jsonl", "x" * 1_000_001, "upload at most 1,000,000 bytes"),
         ("many.jsonl", "\n".join(['"x"'] * 65), "holds 65 completions"),
+        # each of these raised past the handler (csv.Error, IndexError, RecursionError): a bare "Error" on the page
+        ("long-field.csv", "completion\n" + "x" * 200_000 + "\n", "row 1: not CSV this can read"),
+        ("nested-group.jsonl", '{"completions": [{"completions": []}]}', "line 1: expected a string or an object"),
+        ("deep.jsonl", "[" * 100_000, "line 1: nested too deeply"),
     ],
+    ids=lambda value: value[:40] if isinstance(value, str) else None,
 )
 def test_bad_files_are_refused_with_the_fix(tmp_path, name, content, message):
     path = tmp_path / name

@@ -435,3 +435,21 @@ def test_progress_of_a_finished_all_stages_run_and_of_the_hand_over():
     handover = run_views.progress({"state": "running", "stage": "grpo", "step": 0, "max_steps": 240, "eta_s": 0},
                                   metrics[:2])
     assert handover["starting"] and handover["max_steps"] is None and handover["eta_s"] is None
+
+
+def test_every_button_that_writes_the_run_message_marks_whose_state_it_was_written_for(app_url):
+    """The tick clears the run message once the run it was written for moves on (message_for). A button that wrote
+    the message without marking it was wiped within 2 s when an earlier answer's mark was stale: "Chat with it" on a
+    run just finished said "nothing to chat with yet" for one tick."""
+    import app
+
+    config = app.demo.get_config_file()
+    ids = {c["props"].get("elem_id"): c["id"] for c in config["components"] if c["props"].get("elem_id")}
+    message = ids["training-run-msg"]
+    writers = [d for d in config["dependencies"] if message in d["outputs"]]
+    stop = next(d for d in writers if (ids["training-stop"], "click") in map(tuple, d["targets"]))
+    (mark,) = set(stop["outputs"]) - {message}
+    buttons = [d for d in writers if mark not in d["inputs"]]  # the tick reads the mark; every other writer sets it
+    clicked = {target for d in buttons for target, _ in d["targets"]}
+    assert {ids["training-next-chat"], ids["training-next-eval"], ids["training-stop"]} <= clicked
+    assert all(mark in d["outputs"] for d in buttons), [d["targets"] for d in buttons if mark not in d["outputs"]]

@@ -133,6 +133,10 @@ def test_a_finished_run_says_what_it_did_and_what_to_do_next(page):
         "model": str(run / "grpo"), "data": "generator:test", "n": 50, "format_rate": 0.96, "accuracy": 0.4,
         "accuracy_se": 0.07, "lenient_accuracy": 0.42, "mean_completion_tokens": 40.0, "recheck_rate": 0.0}))
     expect(summary).to_contain_text("grpo accuracy 40.0%")
+    # "Chat with it" on a run with no GGUF (and no GPU) says what to do first, and stays on the Training tab
+    page.locator("#training-next-chat").click()
+    expect(page.locator("#training-run-msg")).to_contain_text("has nothing to chat with yet: export it to GGUF first")
+    expect(page.get_by_role("tab", name="Training")).to_have_attribute("aria-selected", "true")
     # "Evaluate it" opens the Evaluate tab with the run's stage picked
     page.locator("#training-next-eval").click()
     expect(page.get_by_role("tab", name="Evaluate")).to_have_attribute("aria-selected", "true")

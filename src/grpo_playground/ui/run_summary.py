@@ -87,31 +87,35 @@ def eval_checkpoints(run_id: str) -> list[str]:
 
 
 def link_next_steps(buttons: list[gr.Button], shown_run: gr.State, tabs: gr.Tabs, chat_picker: gr.Dropdown,
-                    eval_picker: gr.Dropdown, message: gr.Markdown) -> None:
+                    eval_picker: gr.Dropdown, message: gr.Markdown, message_for: gr.State) -> None:
     """'Chat with it' buttons (several: the summary's, the export panel's) open the Chat tab with the run's model
     picked; the last of `buttons` is 'Evaluate it', which opens the Evaluate tab with the run's stages picked.
-    `shown_run` is the live view's state (its "run_id")."""
+    `shown_run` is the live view's state (its "run_id"). Where they cannot, they say why in the run message, and
+    mark it as written for the run's present state (message_for), so the tick keeps it until that state moves on."""
     from grpo_playground.ui.chat_tab import runnable_targets, target_choices
+
+    def say(run_id, text):
+        return {message: text, message_for: [run_id, jobs.load_run(jobs.run_path(run_id)).state] if run_id else None}
 
     def chat_with(view):
         run_id = (view or {}).get("run_id")
         choices = target_choices()
         key = chat_choice(run_id, runnable_targets()) if run_id else None
         if key is None:
-            return {message: f"**{run_id}** has nothing to chat with yet: export it to GGUF first (llama.cpp chats "
-                             "with GGUF files; a GPU with vLLM chats with the LoRA folder)."}
+            return say(run_id, f"**{run_id}** has nothing to chat with yet: export it to GGUF first (llama.cpp "
+                               "chats with GGUF files; a GPU with vLLM chats with the LoRA folder).")
         return {chat_picker: gr.Dropdown(choices=choices, value=key), tabs: gr.Tabs(selected="chat")}
 
     def evaluate(view):
         run_id = (view or {}).get("run_id")
         picked = eval_checkpoints(run_id) if run_id else []
         if not picked:
-            return {message: f"**{run_id}** has no trained stage to evaluate yet."}
+            return say(run_id, f"**{run_id}** has no trained stage to evaluate yet.")
         return {eval_picker: gr.Dropdown(choices=store.list_checkpoints(), value=picked),
                 tabs: gr.Tabs(selected="evaluate")}
 
     ui = dict(api_visibility="private")
     *chat_buttons, eval_button = buttons
     for button in chat_buttons:
-        button.click(chat_with, shown_run, [chat_picker, tabs, message], **ui)
-    eval_button.click(evaluate, shown_run, [eval_picker, tabs, message], **ui)
+        button.click(chat_with, shown_run, [chat_picker, tabs, message, message_for], **ui)
+    eval_button.click(evaluate, shown_run, [eval_picker, tabs, message, message_for], **ui)

@@ -43,11 +43,15 @@ def join_group(completions: list[str]) -> str:
 def _row_texts(row, where: str) -> list[str]:
     """One completion per row; a row of a run's samples.jsonl ({"completions": [str, ...]}) gives its group."""
     if isinstance(row, dict) and isinstance(row.get("completions"), list):
-        return [_row_texts(c, where)[0] for c in row["completions"]]
+        return [_one_text(c, where) for c in row["completions"]]
+    return [_one_text(row, where)]
+
+
+def _one_text(row, where: str) -> str:
     if isinstance(row, dict):
         row = next((row[k] for k in TEXT_KEYS if k in row), row)
     try:
-        return [completion_text(row)]
+        return completion_text(row)
     except TypeError:
         raise RewardInputError(
             f"{where}: expected a string or an object with one of {', '.join(TEXT_KEYS)}"
@@ -70,9 +74,12 @@ def read_completions_file(path: str | Path) -> tuple[list[str], str | None]:
         key = next((k for k in TEXT_KEYS if k in (reader.fieldnames or [])), None)
         if key is None:
             raise RewardInputError(f"{path.name}: no column named one of {', '.join(TEXT_KEYS)} in the header")
-        for row in reader:
-            completions.append(row[key] or "")
-            answers.append((row.get("answer") or "").strip() or None)
+        try:
+            for row in reader:
+                completions.append(row[key] or "")
+                answers.append((row.get("answer") or "").strip() or None)
+        except csv.Error as exc:  # e.g. a field over csv's 131,072-character limit
+            raise RewardInputError(f"{path.name} row {len(completions) + 1}: not CSV this can read ({exc})") from None
     elif path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
         for n, line in enumerate(raw.splitlines(), 1):
             if not line.strip():
@@ -81,6 +88,8 @@ def read_completions_file(path: str | Path) -> tuple[list[str], str | None]:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise RewardInputError(f"{path.name} line {n}: not JSON ({exc.msg}); write one object per line") from None
+            except RecursionError:
+                raise RewardInputError(f"{path.name} line {n}: nested too deeply; write one flat object per line") from None
             texts = _row_texts(row, f"{path.name} line {n}")
             completions.extend(texts)
             gold = row.get("answer") if isinstance(row, dict) else None
