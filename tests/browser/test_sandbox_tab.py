@@ -43,15 +43,17 @@ def read_table(sandbox) -> dict[str, list[float]]:
 
 
 def wait_for_table(sandbox, done, timeout_s: float = 30.0) -> dict[str, list[float]]:
-    """Poll until the live update has rendered a table for which done(table) holds."""
-    deadline, table = time.monotonic() + timeout_s, {}
+    """Poll until the live update has rendered a table for which done(table) holds, read the same twice in a row
+    (a grid caught mid-render mixes the rows of two tables)."""
+    deadline, table, last = time.monotonic() + timeout_s, {}, None
     while time.monotonic() < deadline:
         try:
             table = read_table(sandbox)
-            if done(table):
+            if table == last and done(table):
                 return table
+            last = table
         except ValueError:
-            pass  # a cell caught mid-render
+            last = None  # a cell caught mid-render
         time.sleep(0.2)
     raise AssertionError(f"the scores table never reached the expected state; last seen: {table}")
 

@@ -254,9 +254,10 @@ def create_sandbox_tab() -> SandboxInputs:
     # Scoring has its own pool of event slots: a request that waits on math-verify or custom code (blocked,
     # not computing) must not hold one of the app's few default slots while cheap requests queue behind it.
     scoring = {"concurrency_id": "score", "concurrency_limit": SCORE_CONCURRENCY}
-    for component in inputs:
-        component.change(score_view, inputs, [table, report, details], trigger_mode="always_last",
-                         api_visibility="private", show_progress="hidden", **scoring)
+    # one event for every input: always_last orders one event's runs, so with one event per box a slow paste's
+    # result could land after a quicker untick's and show scores for the rewards of before
+    gr.on([component.change for component in inputs], score_view, inputs, [table, report, details],
+          trigger_mode="always_last", api_visibility="private", show_progress="hidden", **scoring)
     score_button.click(score_table, inputs, [table], api_name="score", **scoring)
     upload.upload(upload_file, upload, [completions, answer], api_visibility="private")
     return SandboxInputs(completions, answer, enabled, dict(zip(NAMES, weights)), scale,
