@@ -212,6 +212,34 @@ def test_queue_is_fifo_and_a_queued_job_can_be_cancelled(runs):
     wait_for(lambda: state(second) == "stopped", what="second stopped")
 
 
+def test_at_most_eight_jobs_wait_for_the_slot_and_the_ninth_is_refused_before_anything_is_made(runs):
+    """A runaway script (or a visitor with the token) cannot pile up jobs: start and resume are refused while
+    MAX_QUEUED wait, and neither writes a run folder."""
+    from grpo_playground.config import RunConfig
+    from grpo_playground.jobs.control import MAX_QUEUED, resume_run, start_run
+
+    holder = make_run(runs, "holder")
+    spawn_job(holder, job(STOPS_CLEANLY) + [str(holder)])
+    wait_for(lambda: (holder / "started").exists(), what="the slot's job start")
+    waiting = [make_run(runs, f"wait{i}") for i in range(MAX_QUEUED)]
+    stopped = make_run(runs, "stopped")
+    write_status(stopped, state="stopped", reason="stopped")
+    try:
+        for run_dir in waiting:
+            spawn_job(run_dir, job(STOPS_CLEANLY) + [str(run_dir)])
+        wait_for(lambda: len(queue_line()) == MAX_QUEUED, what=f"{MAX_QUEUED} jobs in line")
+        folders = sorted(runs.iterdir())
+        with pytest.raises(RuntimeError, match=f"{MAX_QUEUED} jobs are already waiting for the training slot"):
+            start_run(RunConfig())
+        with pytest.raises(RuntimeError, match="already waiting"):
+            resume_run(stopped.name)
+        assert sorted(runs.iterdir()) == folders and state(stopped) == "stopped"
+    finally:
+        for run_dir in [*waiting, holder]:
+            stop_run(run_dir.name)
+        wait_for(lambda: all(state(r) == "stopped" for r in [*waiting, holder]), what="every job stopped")
+
+
 def test_a_comparison_waits_behind_training_runs_queued_before_it(runs):
     # Before: a waiting comparison's supervisor took the slot as soon as it was free, ahead of runs queued earlier
     # (it only tried the lock; the training launcher kept to its queue of runs)

@@ -153,3 +153,43 @@ def test_uploads_are_capped_by_the_server(monkeypatch):
         demo.close()
     assert small.status_code == 200
     assert big.status_code == 413
+
+
+def test_evaluations_start_and_stop_only_with_the_owner_token(owner, tmp_path, monkeypatch):
+    """An evaluation takes the CPU / GPU for minutes: a visitor's start and stop are refused before the job is
+    touched, and the owner's bounds hold on the API too (its sliders are not checked there)."""
+    from grpo_playground.run_layout import EVAL_JOB, evals_dir
+    from grpo_playground.ui.eval_panel import api_start, stop_eval
+
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
+    for guess in ("", "guess"):
+        with pytest.raises(gr.Error, match="needs the owner token"):
+            api_start(["tiny"], "generator:test", 4, token=guess)
+        with pytest.raises(gr.Error, match="needs the owner token"):
+            stop_eval(guess)
+    assert not (evals_dir() / EVAL_JOB).exists()
+    for bad, reason in (({"batch_size": 10_000}, "batch size"), ({"max_new_tokens": 100_000}, "max new tokens"),
+                        ({"n": None}, "n, batch size and max new tokens must be numbers")):
+        with pytest.raises(gr.Error, match=reason):
+            api_start(["tiny"], "generator:test", **{"n": 4, **bad}, token=OWNER)
+    assert not (evals_dir() / EVAL_JOB).exists()
+
+
+def test_a_comparison_stops_and_resumes_only_with_the_owner_token(owner, tmp_path, monkeypatch):
+    import json
+
+    from grpo_playground.run_layout import COMPARISON_JOB, comparisons_dir
+    from grpo_playground.ui.compare_panel import api_resume, run_stop
+
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
+    folder = comparisons_dir() / "20991231-235959-compare-0401"
+    folder.mkdir()
+    record = {"kind": "compare", "state": "stopped", "steps": [], "meta": {"recipe_name": "recipes/tiny-cpu.yaml"}}
+    (folder / COMPARISON_JOB).write_text(json.dumps(record))
+    for guess in ("", "guess"):
+        with pytest.raises(gr.Error, match="needs the owner token"):
+            run_stop(folder.name, guess)
+        with pytest.raises(gr.Error, match="needs the owner token"):
+            api_resume(folder.name, guess)
+    assert json.loads((folder / COMPARISON_JOB).read_text()) == record and sorted(folder.iterdir()) == [
+        folder / COMPARISON_JOB]

@@ -28,6 +28,7 @@ from grpo_playground.serving import vllm_unavailable_reason
 from grpo_playground.ui import eval_chart
 
 MAX_N = 2000
+MAX_BATCH_SIZE, MIN_NEW_TOKENS, MAX_NEW_TOKENS = 128, 16, 2048
 MAX_CHECKPOINTS = 6
 POLL_S = 2.0
 PERCENT_COLUMNS = ["format_rate", "accuracy", "±", "lenient_accuracy", "recheck_rate"]
@@ -117,9 +118,16 @@ def run_evals(checkpoints, data, n, batch_size, max_new_tokens, token, backend="
             raise ValueError(f"{len(checkpoints)} checkpoints: compare at most {MAX_CHECKPOINTS} at once")
         models = [store.check_checkpoint(c) for c in checkpoints]
         data = str(parse_spec(data))
+        if any(not isinstance(v, (int, float)) for v in (n, batch_size, max_new_tokens)):
+            raise ValueError("n, batch size and max new tokens must be numbers")
         n, batch_size, max_new_tokens = int(n), int(batch_size), int(max_new_tokens)
         if not 1 <= n <= MAX_N:
             raise ValueError(f"n={n}: evaluate between 1 and {MAX_N} examples here (the CLI takes more)")
+        # the API passes values as sent (the sliders' bounds hold in the page only)
+        if not 1 <= batch_size <= MAX_BATCH_SIZE:
+            raise ValueError(f"batch size {batch_size}: use 1 to {MAX_BATCH_SIZE}")
+        if not MIN_NEW_TOKENS <= max_new_tokens <= MAX_NEW_TOKENS:
+            raise ValueError(f"max new tokens {max_new_tokens}: use {MIN_NEW_TOKENS} to {MAX_NEW_TOKENS}")
         state = start_eval_job(models, data, n, batch_size, max_new_tokens, backend)
         return (f"Started evaluating {len(state['items'])} checkpoint(s) on {n} examples of `{data}` with "
                 f"{backend}: each one's progress shows below.")
@@ -169,8 +177,8 @@ def create_eval_panel() -> dict:
         data = gr.Textbox(value="generator:test", label="Data source",
                           info="generator:test, gsm8k:PATH.jsonl, hub:openai/gsm8k, file:PATH?question=..&answer=..")
         n = gr.Slider(1, MAX_N, value=100, step=1, label="Examples (n)")
-        batch_size = gr.Slider(1, 128, value=16, step=1, label="Batch size")
-        max_new_tokens = gr.Slider(16, 2048, value=256, step=16, label="Max new tokens")
+        batch_size = gr.Slider(1, MAX_BATCH_SIZE, value=16, step=1, label="Batch size")
+        max_new_tokens = gr.Slider(MIN_NEW_TOKENS, MAX_NEW_TOKENS, value=256, step=16, label="Max new tokens")
         backend = gr.Radio(backend_choices(), value="transformers", label="Backend",
                            info="vLLM (GPU only) generates far faster but first starts its engine (about a minute)")
     token = gr.Textbox(label="Owner token", type="password", visible=owner_token_required())
