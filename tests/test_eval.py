@@ -218,6 +218,33 @@ def test_a_stopped_evaluation_job_ends_its_whole_chain(tiny, tmp_path, monkeypat
     assert not evaluating(), f"left running after Stop: {evaluating()}"
 
 
+def test_saved_results_are_parsed_once_per_change_not_at_every_tick(tmp_path, monkeypatch):
+    """Every open page's timer lists the results every 2 s and a file holds every completion (megabytes for GSM8K's
+    test set): a file is read again only when it changes, and a deleted one leaves the list."""
+    from grpo_playground.eval import results as store
+
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
+    summary = {"model": "tiny", "data": "generator:test", "n": 2, "format_rate": 0.5, "accuracy": 0.5,
+               "lenient_accuracy": 0.5, "mean_completion_tokens": 9.0, "recheck_rate": 0.0}
+    files = [store.evals_dir() / f"2099010{i}-000000-tiny.json" for i in (1, 2)]
+    for path in files:
+        path.write_text(json.dumps({**summary, "completions": ["<SOLUTION>1</SOLUTION>"] * 1000}))
+    (store.evals_dir() / "20990103-000000-half.json").write_text('{"accuracy": 0.')  # caught half-written
+    reads = []
+    real_read = store.read_json
+    monkeypatch.setattr(store, "read_json", lambda path: reads.append(path.name) or real_read(path))
+    first = store.load_results()
+    assert [r["file"] for r in first] == [files[1].name, files[0].name] and "completions" not in first[0]
+    assert len(reads) == 3
+    first[0]["accuracy"] = 0.0  # a caller's change stays its own
+    assert store.load_results() == [{**summary, "file": files[1].name}, {**summary, "file": files[0].name}]
+    assert len(reads) == 3  # nothing changed: nothing parsed
+    files[0].write_text(json.dumps({**summary, "accuracy": 0.75}))
+    files[1].unlink()
+    assert [(r["file"], r["accuracy"]) for r in store.load_results()] == [(files[0].name, 0.75)]
+    assert reads[3:] == [files[0].name]
+
+
 def test_panel_module_does_not_import_torch():
     code = ("import sys\nimport grpo_playground.ui.eval_panel\n"
             "bad = [m for m in ('torch', 'transformers', 'datasets', 'peft', 'trl') if m in sys.modules]\nassert not bad, bad\n")

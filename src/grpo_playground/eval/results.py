@@ -70,14 +70,30 @@ def result_path(model: str) -> Path:
     return evals_dir() / f"{time.strftime('%Y%m%d-%H%M%S')}-{slug}.json"
 
 
+# path -> ((mtime_ns, size), summary or None): every open page's timer asks for the results every few seconds, and
+# a file holds every completion of its evaluation (megabytes for a GSM8K test set): each is parsed once per change
+_summaries: dict[Path, tuple[tuple[int, int], dict | None]] = {}
+
+
 def load_results(limit: int = MAX_RESULTS) -> list[dict]:
     """Saved results, newest first, each with its file name; unreadable files are left out."""
-    results = []
+    results, seen = [], set()
     for path in sorted(evals_dir().glob("*.json"), reverse=True)[:limit]:
-        result = read_json(path)
-        if "accuracy" in result:
+        try:
+            stat = path.stat()
+        except OSError:
+            continue  # deleted meanwhile
+        key = (stat.st_mtime_ns, stat.st_size)
+        seen.add(path)
+        cached = _summaries.get(path)
+        if cached is None or cached[0] != key:
+            result = read_json(path)
             result.pop("completions", None)  # the table needs the summary only
-            results.append({**result, "file": path.name})
+            cached = _summaries[path] = (key, result if "accuracy" in result else None)
+        if cached[1] is not None:
+            results.append({**cached[1], "file": path.name})
+    for gone in _summaries.keys() - seen:
+        _summaries.pop(gone, None)
     return results
 
 
