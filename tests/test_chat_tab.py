@@ -3,6 +3,7 @@ packaged SmolLM2 GGUF; plus the pure helpers: folding, SOLUTION extraction and r
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -344,6 +345,13 @@ def test_a_visitor_chats_only_with_running_servers_and_the_owners_default(tmp_pa
         with pytest.raises(NeedsOwner, match="Stopping one of the 1 running servers to start one"):
             pool.server_for(known[keys[1]], may_start=True, may_evict=False)
         assert len(pool.describe()) == 1
+        # every page load describes the servers: it does not wait while the pool is busy (an eviction holds the
+        # lock up to 10 s a server, an adapter's hot-load minutes)
+        with pool._lock:
+            described = threading.Thread(target=pool.describe)
+            described.start()
+            described.join(2)
+            assert not described.is_alive(), "describe() waited for the pool's lock"
     finally:
         pool.stop_all()
 

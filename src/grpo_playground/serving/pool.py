@@ -160,10 +160,12 @@ class ServerPool:
         return server is not None and server.state() == "running"
 
     def describe(self) -> list[dict]:
-        with self._lock:
-            return [{"backend": s.backend, "model": key[1], "port": s.port, "state": s.state(), "phase": s.phase,
-                     "progress": s.progress(), "startup_s": s.startup_s, "pid": s.process.pid if s.process else None, "log": str(s.log_file)}
-                    for key, s in self._servers.items()]
+        # without the lock: every page load describes the servers, and the lock is held through an eviction (up to
+        # 10 s a server) or an adapter's hot-load (minutes); a copy of the dict is one atomic step under the GIL
+        servers = list(self._servers.items())
+        return [{"backend": s.backend, "model": key[1], "port": s.port, "state": s.state(), "phase": s.phase,
+                 "progress": s.progress(), "startup_s": s.startup_s, "pid": s.process.pid if s.process else None,
+                 "log": str(s.log_file)} for key, s in servers]
 
     def stop_all(self) -> None:
         with self._lock:
