@@ -193,3 +193,21 @@ def test_a_comparison_stops_and_resumes_only_with_the_owner_token(owner, tmp_pat
             api_resume(folder.name, guess)
     assert json.loads((folder / COMPARISON_JOB).read_text()) == record and sorted(folder.iterdir()) == [
         folder / COMPARISON_JOB]
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda api: api.api_start(None, "all", OWNER), "recipe_yaml must be text, not NoneType"),
+    (lambda api: api.api_export("20260101-000000-anyrun-beef", None, OWNER), "gguf must be a list of texts"),
+    (lambda api: api.api_export("20260101-000000-anyrun-beef", ["q4_k_m", 4], OWNER), "gguf must be a list of texts"),
+    (lambda api: api.api_stop(None, OWNER), "run_id must be text, not NoneType"),
+    (lambda api: api.api_status({"run": 1}), "run_id must be text, not dict"),
+], ids=["null-recipe", "null-types", "a-number-type", "null-run", "object-run"])
+def test_the_training_api_names_a_value_of_the_wrong_kind(owner, call, message, tmp_path, monkeypatch):
+    """gr.api passes what a script sends as it is: a null reached int(None) or str methods, and the caller got a bare
+    "Error"; now the parameter and what it must be, before anything runs."""
+    from grpo_playground.ui import training_api
+
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
+    with pytest.raises(gr.Error, match=message):
+        call(training_api)
+    assert not list(tmp_path.iterdir())

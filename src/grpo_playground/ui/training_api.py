@@ -10,6 +10,7 @@ is set; watching does not.
 from __future__ import annotations
 
 import functools
+import inspect
 
 import gradio as gr
 
@@ -26,10 +27,24 @@ def user_error(exc: Exception) -> gr.Error:
     return gr.Error(str(exc), print_exception=False)
 
 
+# what a script may send for each annotated parameter (the API passes values as sent: a null reached int(None))
+KINDS = {"str": (lambda v: isinstance(v, str), "text"),
+         "list[str]": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of texts")}
+
+
 def _api(fn):
-    """An API endpoint: a user's mistake (bad recipe, wrong token, unknown run) comes back as a plain message."""
+    """An API endpoint: a user's mistake (bad recipe, wrong token, unknown run, a value of the wrong kind) comes
+    back as a plain message."""
+    signature = inspect.signature(fn)
+
     @functools.wraps(fn)  # gradio reads the wrapped signature for the API's parameters
     def endpoint(*args, **kwargs):
+        for name, value in signature.bind(*args, **kwargs).arguments.items():
+            parameter = signature.parameters[name]
+            accepts, kind = KINDS.get(parameter.annotation, (None, None))
+            optional = value is None and parameter.default is not inspect.Parameter.empty  # null: not given
+            if accepts and not optional and not accepts(value):
+                raise user_error(ValueError(f"{name} must be {kind}, not {type(value).__name__}"))
         try:
             return fn(*args, **kwargs)
         except USER_ERRORS as exc:
