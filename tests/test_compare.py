@@ -294,3 +294,24 @@ def test_only_a_stopped_or_cut_comparison_resumes(runs):
     (folder / f"{COMPARISON_RESULT}.json").write_text(json.dumps({"eval": {}}))
     with pytest.raises(RuntimeError, match="has finished: start a new one"):
         jobs.resume_comparison(folder.name)
+
+
+def test_a_tick_never_sends_a_valid_pick_back_only_the_longer_list(runs):
+    """Start creates the new comparison, then answers with it picked: a tick computed in between, with the old pick,
+    sent value=old and could land after the answer, showing the old comparison instead of the one just started."""
+    from grpo_playground.run_layout import comparisons_dir
+
+    def write(name: str) -> str:
+        (comparisons_dir() / name).mkdir()
+        (comparisons_dir() / name / COMPARISON_JOB).write_text(json.dumps(
+            {"kind": "compare", "state": "stopped", "steps": [], "meta": {"recipe_name": "recipes/tiny-cpu.yaml"}}))
+        return name
+
+    old = write("20991231-235958-compare-0501")
+    *_, shown, picker, _, _, _, _ = panel.view(None, None)  # page load: the newest is picked
+    assert picker.value == old
+    new = write("20991231-235959-compare-0502")  # started meanwhile: the click's answer picks it
+    *_, shown, picker, _, _, _, _ = panel.view(old, shown)
+    assert picker == {"__type__": "update", "choices": [new, old]}, picker
+    *_, picker, _, _, _, _ = panel.view(old, shown)
+    assert picker == {"__type__": "update"}  # nothing new: nothing sent

@@ -239,8 +239,11 @@ def view(selected: str | None, shown: dict | None):
         result_box, no_result = gr.Column(visible=bool(result)), gr.Markdown(visible=not result)
         per_source = source_frame(result)
         source_box = gr.Column(visible=not per_source.empty)
-    same_list = selected == chosen and shown.get("ids") == ids
-    picker = gr.skip() if same_list else gr.Dropdown(choices=ids, value=chosen)
+    # a valid pick is never sent back: a tick computed before Start's answer would set the picker to the old id
+    if selected != chosen:
+        picker = gr.Dropdown(choices=ids, value=chosen)
+    else:
+        picker = gr.skip() if shown.get("ids") == ids else gr.update(choices=ids)
     return (state_text(state), state["log"], chart, arms, levels, signature, picker, result_box, no_result,
             per_source, source_box)
 
