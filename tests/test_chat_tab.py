@@ -12,7 +12,8 @@ from grpo_playground.models import MODELS, gguf_path
 from grpo_playground.rewards import score_group
 from grpo_playground.serving import LLAMA_CPP, POOL, VLLM, ChatTarget
 from grpo_playground.ui.chat_scores import ReplyScores
-from grpo_playground.ui.chat_tab import MAX_INPUT_CHARS, STARTING_MARK, checkpoint_settings, fold_tags, for_display
+from grpo_playground.ui.chat_tab import (MAX_GOLD_CHARS, MAX_INPUT_CHARS, MAX_SYSTEM_CHARS, STARTING_MARK,
+                                         checkpoint_settings, fold_tags, for_display)
 
 SMOLLM2_KEY = ChatTarget(LLAMA_CPP, str(gguf_path(MODELS["smollm2-135m"]))).key
 FORMATTED = "12 + 7 = 19<end_working_out><SOLUTION>19</SOLUTION>"
@@ -79,6 +80,11 @@ def test_bad_requests_are_refused_with_a_reason(client, app_url):
 
     with pytest.raises(ValidationError, match=f"{MAX_INPUT_CHARS + 1:,} characters: the limit is {MAX_INPUT_CHARS:,}"):
         ask(client, "x" * (MAX_INPUT_CHARS + 1))  # refused by the server before it is queued
+    with pytest.raises(ValidationError, match=f"{MAX_GOLD_CHARS + 1:,} characters: the limit is {MAX_GOLD_CHARS:,}"):
+        ask(client, "hi", gold="1" * (MAX_GOLD_CHARS + 1))
+    with pytest.raises(ValidationError, match=f"{MAX_SYSTEM_CHARS + 1:,} characters: the limit is {MAX_SYSTEM_CHARS:,}"):
+        client.submit("hi", "", SMOLLM2_KEY, None, None, 0.0, 0.95, 16, "s" * (MAX_SYSTEM_CHARS + 1), [],
+                      api_name="/chat").result()
     with pytest.raises(AppError, match="Unknown checkpoint"):
         ask(client, "hi", model_1="llama.cpp|/etc/passwd|")
     # nothing to send: one plain line under the panes, no error on each pane (issue 22 item 6)
