@@ -99,3 +99,36 @@ def test_100k_repeated_solution_tags_answer_quickly():
     assert time.thread_time() - start < 1.0
     assert group.completions[0].tag_counts["<SOLUTION>"] == 19_000
     assert len(group.completions[0].marks) <= 100  # marks sent to a browser are capped too
+
+
+def test_a_large_request_waits_its_turn_in_the_lane_and_is_told_busy_while_a_small_one_goes_on():
+    """Over LARGE_REQUEST_CHARS a request takes the one lane or, after LANE_WAIT_S, is refused as busy (deploy.md,
+    rewards.md); a small request never waits for the lane."""
+    import threading
+
+    from grpo_playground.rewards import scoring_request as requests
+
+    holding, release = threading.Event(), threading.Event()
+
+    def hold_the_lane():
+        with requests.scoring_request(requests.LARGE_REQUEST_CHARS + 1):
+            holding.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold_the_lane)
+    holder.start()
+    try:
+        assert holding.wait(10)
+        started = time.monotonic()
+        with pytest.raises(RewardInputError, match="busy: other large requests"):
+            with requests.scoring_request(requests.LARGE_REQUEST_CHARS + 1):
+                pass
+        assert requests.LANE_WAIT_S - 0.1 < time.monotonic() - started < requests.LANE_WAIT_S + 2
+        started = time.monotonic()
+        with requests.scoring_request(requests.LARGE_REQUEST_CHARS):  # at the limit: not large
+            assert time.monotonic() - started < 0.5
+    finally:
+        release.set()
+        holder.join(10)
+    with requests.scoring_request(requests.LARGE_REQUEST_CHARS + 1):  # the lane is free again
+        pass
