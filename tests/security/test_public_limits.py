@@ -225,3 +225,17 @@ def test_a_full_group_leaves_other_events_their_room(monkeypatch):
     finally:
         release.set()
         demo.close()
+
+
+def test_the_apps_shared_groups_are_the_ones_the_deploy_guide_names(app_url):
+    """deploy.md: scoring 16, chat 3, eval 1, comparison 1, at most 24 of Gradio's 40 event slots. The test above
+    attacks the mechanism on a small app; this one reads the real app's groups."""
+    import app
+
+    shared: dict[str, set] = {}
+    for fn in app.demo.fns.values():
+        if not str(fn.concurrency_id).isdigit():  # Gradio's default id: an event alone in its group
+            shared.setdefault(fn.concurrency_id, set()).add(fn.concurrency_limit)
+    assert shared == {"score": {16}, "chat": {3}, "eval": {1}, "compare": {1}}, shared
+    assert sum(min(limits) for limits in shared.values()) <= public_limits.MAX_THREADS - public_limits.RESERVED_THREADS
+    assert public_limits.MAX_THREADS - public_limits.RESERVED_THREADS == 24
