@@ -211,3 +211,22 @@ def test_the_training_api_names_a_value_of_the_wrong_kind(owner, call, message, 
     with pytest.raises(gr.Error, match=message):
         call(training_api)
     assert not list(tmp_path.iterdir())
+
+
+def test_a_short_owner_token_is_called_out_at_launch(monkeypatch, capsys):
+    """Nothing limits how fast a stranger guesses the token through a gated endpoint: a short one is named at
+    launch with how to make a long one (a long one or none says nothing)."""
+    import gradio as gr
+
+    from grpo_playground.jobs.control import MIN_OWNER_TOKEN_CHARS, weak_owner_token
+    from grpo_playground.ui import app
+
+    monkeypatch.setattr(gr.Blocks, "launch", lambda self, **kwargs: None)  # the check, not a server
+    monkeypatch.setattr(app.signal, "signal", lambda *args: None)  # nor the test process's SIGTERM handler
+    for token, warned in (("1234", True), ("x" * MIN_OWNER_TOKEN_CHARS, False), ("", False)):
+        monkeypatch.setenv(OWNER_TOKEN_ENV, token)
+        app.launch(gr.Blocks())
+        said = capsys.readouterr().err
+        assert ("has 4 characters: every request may guess it" in said) is warned and (weak_owner_token() is None) \
+            is not warned
+        assert "secrets.token_urlsafe" in said or not warned

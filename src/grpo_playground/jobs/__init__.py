@@ -16,6 +16,7 @@ from grpo_playground.jobs.control import (
     start_run,
     stop_run,
     train_command,
+    weak_owner_token,
 )
 from grpo_playground.jobs.exports import export_state, start_export
 from grpo_playground.jobs.feed import JsonlTail, RunFeed, read_log_tail
@@ -28,5 +29,5 @@ __all__ = [
     "ACTIVE_STATES", "FINAL_STATES", "OWNER_TOKEN_ENV", "STAGES", "JsonlTail", "RunFeed", "RunInfo",
     "check_owner", "create_run", "export_state", "group_members", "kill_group", "list_runs", "load_run", "owner_token_required",
     "queue_line", "read_log_tail", "reconcile", "resume_run", "run_path", "runs_dir", "shell_command",
-    "spawn_job", "start_export", "start_run", "stop_run", "train_command",
+    "spawn_job", "start_export", "start_run", "stop_run", "train_command", "weak_owner_token",
 ]

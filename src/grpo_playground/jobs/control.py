@@ -41,8 +41,21 @@ OWNER_TOKEN_ENV = "GRPO_PLAYGROUND_OWNER_TOKEN"
 MAX_QUEUED = 8  # waiting jobs; more is a runaway script, not a plan
 
 
+MIN_OWNER_TOKEN_CHARS = 16  # nothing limits how fast a stranger may guess: a short token is no lock
+
+
 def owner_token_required() -> bool:
     return bool(os.environ.get(OWNER_TOKEN_ENV))
+
+
+def weak_owner_token() -> str | None:
+    """What is wrong with the configured owner token, said at launch; None when it is long enough or unset."""
+    token = os.environ.get(OWNER_TOKEN_ENV, "")
+    if 0 < len(token) < MIN_OWNER_TOKEN_CHARS:
+        return (f"WARNING: {OWNER_TOKEN_ENV} has {len(token)} characters: every request may guess it, as fast as it "
+                f"likes. Use at least {MIN_OWNER_TOKEN_CHARS} random ones, e.g. "
+                "python -c 'import secrets; print(secrets.token_urlsafe(24))'")
+    return None
 
 
 def check_owner(token: str | None, action: str = "starting, stopping and resuming jobs") -> None:

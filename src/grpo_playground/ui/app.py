@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 
 import gradio as gr
 
+from grpo_playground import jobs
 from grpo_playground.ui import chat_tab, compare_panel, eval_panel, run_summary, sandbox_tab, training_tab
 from grpo_playground.ui.skip_link import create_skip_link
 from grpo_playground.ui.public_limits import DELETE_CACHE, configure_queue, launch_settings
@@ -65,6 +67,8 @@ def launch(demo: gr.Blocks, **kwargs) -> None:
     """Serve the app; SIGTERM (docker stop, a Space restart) exits through atexit, so the chat servers the
     app started are stopped with it instead of holding their ports and memory as orphans."""
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    if weak := jobs.weak_owner_token():
+        print(weak, file=sys.stderr, flush=True)
     demo.launch(
         server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
         server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
