@@ -107,6 +107,7 @@ def test_read_jsonl_csv_and_run_samples(tmp_path):
         ("many.jsonl", "\n".join(['"x"'] * 65), "holds 65 completions"),
         # each of these raised past the handler (csv.Error, IndexError, RecursionError): a bare "Error" on the page
         ("long-field.csv", "completion\n" + "x" * 200_000 + "\n", "row 1: not CSV this can read"),
+        ("long-header.csv", "completion," + "y" * 200_000 + "\nfoo,bar\n", "header: not CSV this can read"),
         ("nested-group.jsonl", '{"completions": [{"completions": []}]}', "line 1: expected a string or an object"),
         ("deep.jsonl", "[" * 100_000, "line 1: nested too deeply"),
     ],

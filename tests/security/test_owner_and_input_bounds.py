@@ -169,7 +169,8 @@ def test_evaluations_start_and_stop_only_with_the_owner_token(owner, tmp_path, m
             stop_eval(guess)
     assert not (evals_dir() / EVAL_JOB).exists()
     for bad, reason in (({"batch_size": 10_000}, "batch size"), ({"max_new_tokens": 100_000}, "max new tokens"),
-                        ({"n": None}, "n, batch size and max new tokens must be numbers")):
+                        ({"n": None}, "n, batch size and max new tokens must be numbers"),
+                        ({"n": float("inf")}, "must be numbers"), ({"batch_size": True}, "must be numbers")):
         with pytest.raises(gr.Error, match=reason):
             api_start(["tiny"], "generator:test", **{"n": 4, **bad}, token=OWNER)
     assert not (evals_dir() / EVAL_JOB).exists()
@@ -230,3 +231,15 @@ def test_a_short_owner_token_is_called_out_at_launch(monkeypatch, capsys):
         assert ("has 4 characters: every request may guess it" in said) is warned and (weak_owner_token() is None) \
             is not warned
         assert "secrets.token_urlsafe" in said or not warned
+
+
+def test_a_null_for_an_optional_api_value_is_its_default():
+    from grpo_playground.ui.training_api import _api
+
+    @_api
+    def endpoint(run_id: str, stage: str = "all", gguf: list[str] = ()) -> tuple:
+        return run_id, stage, gguf
+
+    assert endpoint("r", None, None) == ("r", "all", ())  # "stage None is unknown" before
+    with pytest.raises(gr.Error, match="run_id must be text, not NoneType"):
+        endpoint(None)  # a required value has no default to stand in

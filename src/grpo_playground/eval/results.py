@@ -70,9 +70,9 @@ def result_path(model: str) -> Path:
     return evals_dir() / f"{time.strftime('%Y%m%d-%H%M%S')}-{slug}.json"
 
 
-# path -> ((mtime_ns, size), summary or None): every open page's timer asks for the results every few seconds, and
+# path -> ((inode, mtime_ns, size), summary or None): every open page's timer asks for the results every few seconds, and
 # a file holds every completion of its evaluation (megabytes for a GSM8K test set): each is parsed once per change
-_summaries: dict[Path, tuple[tuple[int, int], dict | None]] = {}
+_summaries: dict[Path, tuple[tuple[int, int, int], dict | None]] = {}
 
 
 def load_results(limit: int = MAX_RESULTS) -> list[dict]:
@@ -83,7 +83,7 @@ def load_results(limit: int = MAX_RESULTS) -> list[dict]:
             stat = path.stat()
         except OSError:
             continue  # deleted meanwhile
-        key = (stat.st_mtime_ns, stat.st_size)
+        key = (stat.st_ino, stat.st_mtime_ns, stat.st_size)  # the inode: a file replaced by a rename
         seen.add(path)
         cached = _summaries.get(path)
         if cached is None or cached[0] != key:

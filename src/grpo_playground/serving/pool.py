@@ -162,10 +162,13 @@ class ServerPool:
     def describe(self) -> list[dict]:
         # without the lock: every page load describes the servers, and the lock is held through an eviction (up to
         # 10 s a server) or an adapter's hot-load (minutes); a copy of the dict is one atomic step under the GIL
-        servers = list(self._servers.items())
-        return [{"backend": s.backend, "model": key[1], "port": s.port, "state": s.state(), "phase": s.phase,
-                 "progress": s.progress(), "startup_s": s.startup_s, "pid": s.process.pid if s.process else None,
-                 "log": str(s.log_file)} for key, s in servers]
+        described = []
+        for key, s in list(self._servers.items()):
+            process = s.process  # read once: a stop may set it to None meanwhile
+            described.append({"backend": s.backend, "model": key[1], "port": s.port, "state": s.state(),
+                              "phase": s.phase, "progress": s.progress(), "startup_s": s.startup_s,
+                              "pid": process.pid if process else None, "log": str(s.log_file)})
+        return described
 
     def stop_all(self) -> None:
         with self._lock:

@@ -95,9 +95,10 @@ class ManagedServer:
 
     def state(self) -> str:
         """'stopped', 'running' or 'crashed (exit N)'."""
-        if self.process is None:
+        process = self.process  # read once: a stop on another thread sets it to None (the pool describes unlocked)
+        if process is None:
             return "stopped"
-        code = self.process.poll()
+        code = process.poll()
         return "running" if code is None else f"crashed (exit {code})"
 
     def healthy(self) -> bool:

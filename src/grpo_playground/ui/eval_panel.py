@@ -16,6 +16,7 @@ newest first).
 from __future__ import annotations
 
 import json
+import math
 
 import gradio as gr
 import pandas as pd
@@ -118,7 +119,8 @@ def run_evals(checkpoints, data, n, batch_size, max_new_tokens, token, backend="
             raise ValueError(f"{len(checkpoints)} checkpoints: compare at most {MAX_CHECKPOINTS} at once")
         models = [store.check_checkpoint(c) for c in checkpoints]
         data = str(parse_spec(data))
-        if any(not isinstance(v, (int, float)) for v in (n, batch_size, max_new_tokens)):
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+               for v in (n, batch_size, max_new_tokens)):
             raise ValueError("n, batch size and max new tokens must be numbers")
         n, batch_size, max_new_tokens = int(n), int(batch_size), int(max_new_tokens)
         if not 1 <= n <= MAX_N:

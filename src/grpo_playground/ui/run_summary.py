@@ -95,7 +95,11 @@ def link_next_steps(buttons: list[gr.Button], shown_run: gr.State, tabs: gr.Tabs
     from grpo_playground.ui.chat_tab import runnable_targets, target_choices
 
     def say(run_id, text):
-        return {message: text, message_for: [run_id, jobs.load_run(jobs.run_path(run_id)).state] if run_id else None}
+        try:  # the state the tick compares with (it reconciles too)
+            state = jobs.reconcile(jobs.load_run(jobs.run_path(run_id))).state
+        except (FileNotFoundError, ValueError):  # deleted since the card was drawn
+            state = None
+        return {message: text, message_for: [run_id, state]}
 
     def chat_with(view):
         run_id = (view or {}).get("run_id")

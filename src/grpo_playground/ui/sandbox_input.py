@@ -71,15 +71,18 @@ def read_completions_file(path: str | Path) -> tuple[list[str], str | None]:
     answers: list[str | None] = []  # one per completion
     if path.suffix.lower() == ".csv":
         reader = csv.DictReader(io.StringIO(raw))
-        key = next((k for k in TEXT_KEYS if k in (reader.fieldnames or [])), None)
-        if key is None:
-            raise RewardInputError(f"{path.name}: no column named one of {', '.join(TEXT_KEYS)} in the header")
-        try:
+        header = None
+        try:  # csv.Error: e.g. a field over csv's 131,072-character limit
+            header = reader.fieldnames or []
+            key = next((k for k in TEXT_KEYS if k in header), None)
+            if key is None:
+                raise RewardInputError(f"{path.name}: no column named one of {', '.join(TEXT_KEYS)} in the header")
             for row in reader:
                 completions.append(row[key] or "")
                 answers.append((row.get("answer") or "").strip() or None)
-        except csv.Error as exc:  # e.g. a field over csv's 131,072-character limit
-            raise RewardInputError(f"{path.name} row {len(completions) + 1}: not CSV this can read ({exc})") from None
+        except csv.Error as exc:
+            where = "header" if header is None else f"row {len(completions) + 1}"
+            raise RewardInputError(f"{path.name} {where}: not CSV this can read ({exc})") from None
     elif path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
         for n, line in enumerate(raw.splitlines(), 1):
             if not line.strip():

@@ -39,14 +39,17 @@ def _api(fn):
 
     @functools.wraps(fn)  # gradio reads the wrapped signature for the API's parameters
     def endpoint(*args, **kwargs):
-        for name, value in signature.bind(*args, **kwargs).arguments.items():
+        bound = signature.bind(*args, **kwargs)
+        for name, value in bound.arguments.items():
             parameter = signature.parameters[name]
+            if value is None and parameter.default is not inspect.Parameter.empty:
+                bound.arguments[name] = parameter.default  # a null for an optional value: its default
+                continue
             accepts, kind = KINDS.get(parameter.annotation, (None, None))
-            optional = value is None and parameter.default is not inspect.Parameter.empty  # null: not given
-            if accepts and not optional and not accepts(value):
+            if accepts and not accepts(value):
                 raise user_error(ValueError(f"{name} must be {kind}, not {type(value).__name__}"))
         try:
-            return fn(*args, **kwargs)
+            return fn(*bound.args, **bound.kwargs)
         except USER_ERRORS as exc:
             raise user_error(exc) from None
     return endpoint
