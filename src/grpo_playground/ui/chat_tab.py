@@ -381,7 +381,9 @@ def create_chat_tab() -> dict:
     # it, or the running reply refilled the cleared panes and brought the history back
     sending = gr.on([send.click, question.submit], chat, inputs, outputs, api_name="chat", concurrency_limit=SLOTS,
                     concurrency_id="chat")
-    clear.click(lambda: ([], [], [], "", "", None), None, outputs, api_name=False, cancels=[sending])
+    # the cancel first, then the clearing: done together, an update the reply had in flight landed after the clear
+    clear.click(None, None, None, api_name=False, cancels=[sending]).then(
+        lambda: ([], [], [], "", "", None), None, outputs, api_name=False)
     refresh.click(lambda: [gr.Dropdown(choices=target_choices()) for _ in range(SLOTS)] + [backends_status()],
                   None, [*pickers, status], api_name=False)
     restart.click(restart_backends, [*pickers, owner_token], status, api_name=False)
