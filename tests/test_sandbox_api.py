@@ -114,10 +114,17 @@ def test_read_jsonl_csv_and_run_samples(tmp_path):
     ids=lambda value: value[:40] if isinstance(value, str) else None,
 )
 def test_bad_files_are_refused_with_the_fix(tmp_path, name, content, message):
+    import csv
+
     path = tmp_path / name
     path.write_text(content)
-    with pytest.raises(RewardInputError, match=message):
-        read_completions_file(path)
+    # csv's own field limit, as a fresh process has it (the data readers raise it for the whole process)
+    limit = csv.field_size_limit(131_072)
+    try:
+        with pytest.raises(RewardInputError, match=message):
+            read_completions_file(path)
+    finally:
+        csv.field_size_limit(limit)
 
 
 def test_highlight_escapes_html_and_marks_the_answer():
