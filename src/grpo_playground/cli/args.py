@@ -1,4 +1,5 @@
-"""Every CLI's arguments but `data`'s (cli/data.py builds its own parser), defined once: one frozen dataclass per CLI, each field with its help text.
+"""Every CLI's arguments but `data`'s (cli/data.py builds its own parser), defined once: one frozen dataclass per
+CLI, each field with its help text.
 
 From a dataclass come its argparse parser (`parser()`, `parse_args(argv)`), the argv that gives back the same
 values (`to_argv()`: what the app runs as a child), and that command as one shell line (`shell()`: the UI's

@@ -70,8 +70,9 @@ def result_path(model: str) -> Path:
     return evals_dir() / f"{time.strftime('%Y%m%d-%H%M%S')}-{slug}.json"
 
 
-# path -> ((inode, mtime_ns, size), summary or None): every open page's timer asks for the results every few seconds, and
-# a file holds every completion of its evaluation (megabytes for a GSM8K test set): each is parsed once per change
+# path -> ((inode, mtime_ns, size), summary or None): every open page's timer asks for the results every few
+# seconds, and a file holds every completion of its evaluation (megabytes for a GSM8K test set): each is parsed once
+# per change
 _summaries: dict[Path, tuple[tuple[int, int, int], dict | None]] = {}
 
 

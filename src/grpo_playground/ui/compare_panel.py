@@ -389,4 +389,5 @@ def create_compare_panel() -> dict:
         going.success(view, [picker, gr.State(None)], views, **ui)
         going.success(lambda: "", None, message, **ui)
     return {"recipe": recipe, "minutes": minutes, "run": run, "stop": stop, "resume": resume, "picker": picker,
-            "message": message, "status": status, "chart": chart, "arms": arms, "levels": levels_table, "sources": sources_table}
+            "message": message, "status": status, "chart": chart, "arms": arms, "levels": levels_table,
+            "sources": sources_table}

@@ -92,7 +92,8 @@ def read_completions_file(path: str | Path) -> tuple[list[str], str | None]:
             except json.JSONDecodeError as exc:
                 raise RewardInputError(f"{path.name} line {n}: not JSON ({exc.msg}); write one object per line") from None
             except RecursionError:
-                raise RewardInputError(f"{path.name} line {n}: nested too deeply; write one flat object per line") from None
+                raise RewardInputError(
+                    f"{path.name} line {n}: nested too deeply; write one flat object per line") from None
             texts = _row_texts(row, f"{path.name} line {n}")
             completions.extend(texts)
             gold = row.get("answer") if isinstance(row, dict) else None
