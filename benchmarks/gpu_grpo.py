@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grpo_playground.cli.args import TrainArgs
+from grpo_playground.models.shapes import QWEN3
 from grpo_playground.step_timing import PHASES, STEP_KEY, phase_key
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,21 +44,9 @@ HBM_BYTES_PER_S = {"H200": 4.3e12, "H100": 3.0e12}
 NF4_BYTES_PER_PARAM = 0.5 + 4 / 64  # 4-bit weights + one fp32 absmax per 64 (bitsandbytes nf4, no double quant)
 SLOW_ROLLOUTS_ENV = "GRPO_PLAYGROUND_SLOW_ROLLOUTS"
 
-# Published configs (Qwen/Qwen3-0.6B and Qwen/Qwen3-1.7B config.json); weights are random: speed only.
-QWEN3_COMMON = dict(
-    architectures=["Qwen3ForCausalLM"], model_type="qwen3", attention_bias=False, attention_dropout=0.0,
-    bos_token_id=151643, eos_token_id=151645, head_dim=128, hidden_act="silu", initializer_range=0.02,
-    max_position_embeddings=40960, max_window_layers=28, num_attention_heads=16, num_hidden_layers=28,
-    num_key_value_heads=8, rms_norm_eps=1e-6, rope_scaling=None, rope_theta=1000000, sliding_window=None,
-    tie_word_embeddings=True, use_cache=True, use_sliding_window=False, vocab_size=151936,
-)
-SHAPES = {
-    "qwen3-0.6b-shape": dict(QWEN3_COMMON, hidden_size=1024, intermediate_size=3072),
-    "qwen3-1.7b-shape": dict(QWEN3_COMMON, hidden_size=2048, intermediate_size=6144),
-    # Qwen/Qwen3-8B config.json: the seed's model size (untied embeddings, 36 layers, 32 query heads)
-    "qwen3-8b-shape": dict(QWEN3_COMMON, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
-                           num_attention_heads=32, max_window_layers=36, tie_word_embeddings=False),
-}
+# Published configs (grpo_playground.models.shapes); weights are random: speed only.
+SHAPES = {"qwen3-0.6b-shape": QWEN3["Qwen/Qwen3-0.6B"], "qwen3-1.7b-shape": QWEN3["Qwen/Qwen3-1.7B"],
+          "qwen3-8b-shape": QWEN3["Qwen/Qwen3-8B"]}
 
 
 @dataclass(frozen=True)

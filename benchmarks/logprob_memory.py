@@ -29,7 +29,7 @@ def tiny_model(hidden: int = 32, layers: int = 2):
     from peft import LoraConfig, get_peft_model
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from benchmarks.gpu_grpo import QWEN3_COMMON
+    from grpo_playground.models.shapes import QWEN3_COMMON
 
     torch.manual_seed(0)
     config = dict(QWEN3_COMMON, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,

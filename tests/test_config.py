@@ -51,7 +51,9 @@ def test_seed_recipe_keeps_the_seed_numbers():
     assert (cfg.grpo.learning_rate, cfg.grpo.beta, cfg.grpo.loss_type) == (5e-6, 0.04, "dr_grpo")
     assert (cfg.grpo.temperature, cfg.grpo.num_generations, cfg.grpo.max_completion_length) == (0.9, 8, 1024)
     assert (cfg.lora.r, cfg.lora.alpha, cfg.lora.seed, len(cfg.lora.target_modules)) == (32, 64, 3407, 7)
-    assert cfg.model.load_in_4bit and not cfg.model.sft_load_in_4bit and cfg.model.gpu_memory_utilization == 0.7
+    assert cfg.model.load_in_4bit and not cfg.model.sft_load_in_4bit
+    # the seed's fixed 0.7 of an 80 GB card gave way to the budget of a 24 GB card (vLLM's share is planned from it)
+    assert cfg.model.gpu_memory_utilization is None and cfg.hardware.gpu_memory_gib == 22
 
 
 def test_non_default_values_survive_the_round_trip(tmp_path):

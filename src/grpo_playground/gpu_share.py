@@ -95,16 +95,18 @@ def training_need_bytes(engine: int, shape: dict, vocab: int, rows: int, tokens:
 
 
 def claim_for_training(fixed_share: float | None, share_for, shape: dict, vocab: int, rows: int, tokens: int,
-                       weights_loaded: bool, what: str) -> float:
+                       weights_loaded: bool, what: str, budget: int | None = None) -> float:
     """In the training job, before its vLLM engine starts: the engine's share (`fixed_share` from the recipe, else
     `share_for(total bytes)`), after checking that the job's need fits beside the chat servers (GpuBusy naming them
-    otherwise) and recording it for them."""
+    otherwise) and recording it for them. A job with a memory budget (hardware.gpu_memory_gib, enforced by a PyTorch
+    cap) claims the budget: a chat server beside it gets the rest."""
     gpu = query_torch()
     share = fixed_share if fixed_share is not None else share_for(gpu.total)
     chats = holders(CHAT)
-    need = training_need_bytes(int(share * gpu.total), shape, vocab, rows, tokens, weights_loaded)
-    check_training_fits(need, f"{what} (vLLM share {share})", gpu, chats)
     held = max(0, gpu.total - gpu.free - sum(int(c.get("bytes", 0)) for c in chats))
+    need = (max(0, budget - held) if budget is not None
+            else training_need_bytes(int(share * gpu.total), shape, vocab, rows, tokens, weights_loaded))
+    check_training_fits(need, f"{what} (vLLM share {share})", gpu, chats)
     record(JOB, os.getpid(), what, held + need)
     return share
 

@@ -328,10 +328,18 @@ class Hardware:
         "GPUs for `accelerate launch` (1 = a plain process). Generation batches must divide across them."))
     cpu_threads: int = field(default=1, metadata=_help(
         "torch threads on CPU (1: on a shared 2-core machine more threads made steps 50-300x slower)."))
+    gpu_memory_gib: Optional[float] = field(default=None, metadata=_help(
+        "GPU memory the run may use, in GiB (22 for a 24 GB card). Set: the run picks checkpointing, 4-bit loading, "
+        "micro-batch and vLLM's share to fit it, is capped at it, and is refused before loading when it cannot fit. "
+        "Empty: the card's free memory (the plan is logged, nothing is changed or capped).",
+        label="GPU memory budget (GiB)"))
 
     def validate(self, prefix: str = "hardware") -> None:
         _check_range(f"{prefix}.num_gpus", self.num_gpus, 1, 64)
         _check_range(f"{prefix}.cpu_threads", self.cpu_threads, 1, 256)
+        if self.gpu_memory_gib is not None:
+            _check_range(f"{prefix}.gpu_memory_gib", self.gpu_memory_gib, 2, 4096,
+                         "give the card's memory minus ~2 GiB (22 for a 24 GB card), or leave it empty")
 
 
 # Keys renamed to TRL's own (SFTConfig / GRPOConfig) where they map one to one: a recipe with an old key still loads,

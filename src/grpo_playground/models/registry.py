@@ -64,7 +64,12 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec(
             name="qwen3-8b", source="hub", location="Qwen/Qwen3-8B", architecture="Qwen3ForCausalLM",
             chat_template="tokenizer_config.json (Qwen3, thinking)", supports=CAPABILITIES, tags_known=False,
-            notes="The seed recipe's model: needs the hub and a large GPU (80 GB for the recipe as written).",
+            notes="The seed recipe's model: needs the hub; the `qwen3-8b` recipe plans it within a 24 GB card.",
+        ),
+        ModelSpec(
+            name="qwen3-4b", source="hub", location="Qwen/Qwen3-4B", architecture="Qwen3ForCausalLM",
+            chat_template="tokenizer_config.json (Qwen3, thinking)", supports=CAPABILITIES, tags_known=False,
+            notes="Needs the hub; the `qwen3-4b` recipe plans it within a 24 GB card (4-bit GRPO).",
         ),
         ModelSpec(
             name="qwen3-4b-base", source="hub", location="unsloth/Qwen3-4B-Base", architecture="Qwen3ForCausalLM",
@@ -74,12 +79,12 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec(
             name="qwen3-1.7b", source="hub", location="Qwen/Qwen3-1.7B", architecture="Qwen3ForCausalLM",
             chat_template="tokenizer_config.json (Qwen3, thinking)", supports=CAPABILITIES, tags_known=False,
-            notes="Needs the hub; fits a 24 GB GPU for GRPO with LoRA.",
+            notes="Needs the hub; the `qwen3-1.7b` recipe plans it within a 24 GB card.",
         ),
         ModelSpec(
             name="qwen3-0.6b", source="hub", location="Qwen/Qwen3-0.6B", architecture="Qwen3ForCausalLM",
             chat_template="tokenizer_config.json (Qwen3, thinking)", supports=CAPABILITIES, tags_known=False,
-            notes="Needs the hub; the smallest Qwen3, quick GPU experiments.",
+            notes="Needs the hub; the smallest Qwen3: the `qwen3-0.6b` recipe plans it within a 16 GB card.",
         ),
     )
 }

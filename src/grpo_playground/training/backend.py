@@ -85,7 +85,8 @@ def vllm_memory_share(cfg: RunConfig, model_config: dict, weights_loaded: bool =
     shape = shape_from_config(model_config)
     return claim_for_training(cfg.model.gpu_memory_utilization, lambda total: memory_share(
         shape, rows, cfg.model.max_seq_length, total, cfg.model.load_in_4bit), shape, model_config["vocab_size"],
-        rows, cfg.model.max_seq_length, weights_loaded, f"the GRPO job of run {cfg.name}")
+        rows, cfg.model.max_seq_length, weights_loaded, f"the GRPO job of run {cfg.name}",
+        None if cfg.hardware.gpu_memory_gib is None else int(cfg.hardware.gpu_memory_gib * 2**30))
 
 
 VLLM_TAGS_NOTE = ("format tags kept as ordinary text (data.register_tags ignored): vLLM rollouts sample from a copy "

@@ -17,6 +17,7 @@ from pathlib import Path
 from grpo_playground.config import RunConfig, config_to_dict, save_recipe
 from grpo_playground.run_layout import DOCTOR_FILE, JOB_STAGES, METRICS_FILE, RECIPE_FILE, SWANLAB_DIR, TRAINED_STAGES
 from grpo_playground.doctor import diagnose_crash
+from grpo_playground.training.budget import keep_budget
 from grpo_playground.training.run_folder import RunFolder
 # status.json key set while a run waits after a pre-flight ERROR (grpo.on_preflight_error: pause): resuming such
 # a run is the user's answer "run GRPO anyway", so the next start skips the pre-flight and the pause.
@@ -59,6 +60,7 @@ def run_job(cfg: RunConfig, run_dir: str | Path, stage: str = "all", resume: boo
     current = stage
     try:
         _prepare_process(cfg)
+        cfg = keep_budget(cfg, _stages_to_run(cfg, stage), folder.log)  # refused here, before any weight loads
         from grpo_playground.training.tracking import Tracker
 
         tracker = Tracker(cfg.tracking.project, folder.path.name, cfg.tracking.swanlab, folder.path / SWANLAB_DIR,

@@ -18,6 +18,7 @@ from grpo_playground import jobs
 from grpo_playground.cli.args import TrainArgs
 from grpo_playground.config import ConfigError, RunConfig, config_from_dict, config_to_dict, dump_recipe, load_recipe
 from grpo_playground.contracts.shipped import RECIPES_DIR, shipped_recipes
+from grpo_playground.memory_budget import budget_note
 from grpo_playground.ui.config_form import FormField, build_form, config_from_values, form_problems, values_from_config
 from grpo_playground.ui.training_api import USER_ERRORS, user_error
 
@@ -156,7 +157,7 @@ def wire_form(part: FormPart, started: list, on_start) -> None:
                                       config)
         except USER_ERRORS:
             edits = []
-        return "Recipe is valid.", cli_for_recipe(file, stage_value, edits)
+        return "Recipe is valid." + budget_note(config), cli_for_recipe(file, stage_value, edits)
 
     def save_form(token_value, *values):
         try:
