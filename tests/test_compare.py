@@ -96,7 +96,7 @@ def test_the_panel_offers_shipped_recipes_and_each_runs_recipe(runs):
 def test_the_chart_orders_the_arms_as_the_experiment_runs_them():
     from pipelines.experiments import seed_regime
 
-    assert panel.ARM_ORDER == list(seed_regime.ARMS)
+    assert panel.ARM_ORDER == list(seed_regime.SCORED)
 
 
 def test_the_committed_result_renders_as_chart_and_tables():
@@ -158,7 +158,7 @@ def test_a_comparison_runs_every_arm_in_the_background_and_the_panel_shows_it(ru
         label = chart.set_index("arm").loc[arm, panel.LEGEND]
         assert label == f"{arm.split('+', 1)[-1]}: {100 * d['difference']:+.1f} ± {100 * d['se']:.1f}"
     assert arms["steps"].tolist() == [result["steps"][arm] for arm in result["eval"]]
-    assert arms.set_index("arm")["GRPO minus arm (points)"].isna().tolist() == [False, True, False, False]
+    assert arms.set_index("arm")["GRPO minus arm (points)"].isna().tolist() == [False, True, False, False, False]
     assert list(levels.columns) == ["level", "prompts", *result["eval"]] and levels["prompts"].sum() == 8
     again = panel.view(comparison, shown)
     assert all(isinstance(x, dict) and x.get("__type__") == "update" for x in again[2:5] + again[-2:])  # not re-sent
@@ -244,7 +244,7 @@ def test_a_gsm8k_sourced_comparison_runs_and_the_panel_shows_the_accuracy_per_so
     table = per_source.set_index("arm")
     for label, column in (("gsm8k:gsm8k_small_test.jsonl", result), ("generated", result["second_eval"][0])):
         assert table[f"{label} accuracy %"].tolist() == [round(100 * e["accuracy"], 1) for e in column["eval"].values()]
-        assert table[f"{label} GRPO minus arm"].isna().tolist() == [False, True, False, False]
+        assert table[f"{label} GRPO minus arm"].isna().tolist() == [False, True, False, False, False]
 
 
 ARM_FOLDERS = {"sft_w+grpo_a": "grpo_a", "sft_w+more_sft_w": "more_sft_w", "sft_w+fresh_sft": "fresh_sft"}

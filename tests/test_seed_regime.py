@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -191,11 +192,30 @@ def test_gsm8k_regime_split_over_two_leases_starts_every_arm_from_one_checkpoint
     (second,) = result["second_eval"]
     assert second["source"] == "generator:test?levels=1" and result["sources"]["eval"] == test
     for column in (result, second):
-        assert {arm: e["n"] for arm, e in column["eval"].items()} == dict.fromkeys(seed_regime.ARMS, 6)
+        assert {arm: e["n"] for arm, e in column["eval"].items()} == dict.fromkeys(seed_regime.SCORED, 6)
         assert all(d["n"] == 6 and d["se"] >= 0 for d in column["grpo_minus"].values())
     md = out.with_suffix(".md").read_text()
     assert "accuracy % on `generator:test?levels=1`" in md and md.count("paired on the same prompts") == 2
     assert f"sha256 {sft_hash[:16]}... (checked at each arm)" in md and "| hot |" in md
+    # the tuned control: the more-SFT arm's checkpoints scored on the pilot slice, the best one scored as an arm
+    tuned = result["control_tuned"]
+    assert [c["name"] for c in tuned["candidates"]][-1] == "final" and len(tuned["candidates"]) >= 2
+    assert [c["step"] for c in tuned["candidates"]] == sorted(c["step"] for c in tuned["candidates"])
+    best = max(c["accuracy"] for c in tuned["candidates"])
+    assert tuned["chosen"] == [c["name"] for c in tuned["candidates"] if c["accuracy"] == best][-1]
+    for column in (result, second):
+        assert column["eval"][seed_regime.TUNED]["n"] == 6 and seed_regime.TUNED in column["grpo_minus"]
+    # the scored adapter is the chosen checkpoint's own weights: trained past sft-W, distinct from the other candidates
+    chosen = Path(tuned["adapter"])
+    assert chosen == (work / "more_sft_w" / "sft" if tuned["chosen"] == "final"
+                      else work / "more_sft_w" / "checkpoints" / "sft" / tuned["chosen"])
+    weights = {c["name"]: (work / "more_sft_w" / "checkpoints" / "sft" / c["name"] if c["name"] != "final"
+                           else work / "more_sft_w" / "sft") for c in tuned["candidates"]}
+    digests = {name: hashlib.sha256((path / "adapter_model.safetensors").read_bytes()).hexdigest()
+               for name, path in weights.items()}
+    sft_w_weights = hashlib.sha256((adapter / "adapter_model.safetensors").read_bytes()).hexdigest()
+    assert len(set(digests.values())) == len(digests) and sft_w_weights not in digests.values()
+    assert f"Tuned control ({seed_regime.TUNED})" in md and f"chosen: `{tuned['chosen']}`" in md
 
 
 def test_vllm_scoring_asks_the_eval_cli_for_a_batch_it_takes(tmp_path, monkeypatch):

@@ -26,6 +26,9 @@ app's Resume comparison does, skips finished steps and starts an interrupted one
   2. sft-W + grpo-A: GRPO from the sft-W adapter on A for --minutes;
   3. sft-W + more sft-W (the fair control): SFT continued on W for GRPO's measured wall time, lr falling linearly
      from --control-lr (default a tenth of the recipe's SFT rate) to 0 over the steps that fit at step 1's pace;
+  3b. the tuned control (with a pilot slice): 3's --control-checkpoints evenly spaced checkpoints and its final
+     adapter scored on the pilot slice, the most accurate one kept: SFT gets the chance GRPO's pilots get, chosen
+     on the same slice, never on a held-out set (`control_tuned.json`);
   4. sft-W + fresh worked SFT: the same as 3 on worked problems of --worked that are not in W (`fresh.jsonl`):
      the "if gold reasoning were free" row, reported, not a target;
   5. greedy evaluation (`python -m pipelines.eval`) of the four checkpoints on the same --n-eval prompts (and on
@@ -45,7 +48,8 @@ import time
 from pathlib import Path
 
 from grpo_playground.cli.args import CompareArgs, EvalArgs
-from grpo_playground.run_layout import METRICS_FILE, PREFLIGHT_FILE, PROGRESS_FILE, read_json, read_status, write_json_atomic
+from grpo_playground.run_layout import (METRICS_FILE, PREFLIGHT_FILE, PROGRESS_FILE, adapter_dir, checkpoints_dir,
+                                        read_json, read_status, write_json_atomic)
 
 from pipelines.experiments.tiny_cpu_learning import (_pct, _weights_sha256, eval_batch, level_table, paired_difference, run,
                                                      train)
@@ -53,6 +57,8 @@ from pipelines.experiments.tiny_cpu_learning import (_pct, _weights_sha256, eval
 ROOT = Path(__file__).resolve().parents[2]
 ARMS = ("sft_w", "sft_w+grpo_a", "sft_w+more_sft_w", "sft_w+fresh_sft")
 STEPS = ("data", *ARMS, "eval")  # in the order they run
+TUNED = "sft_w+tuned_sft_w"  # not trained: the more-SFT control's best checkpoint on the pilot slice
+SCORED = (*ARMS[:3], TUNED, ARMS[3])  # the order of the report's rows
 
 
 def mark(work: Path, step: str, state: str, run_dir: Path | None = None, **facts) -> None:
@@ -327,6 +333,32 @@ def run_pilots(args, cfg, work: Path, sets: dict, adapter: str, base: list[str])
     return pilots
 
 
+def tune_control(args, cfg, work: Path, sets: dict, run_dir: Path) -> dict | None:
+    """The tuned control: the more-SFT arm's checkpoints and its final adapter scored greedily on the pilot slice
+    (as GRPO's pilots are), the most accurate one kept (the latest of equals). None without a pilot slice or with
+    --control-checkpoints 0. Written to <work>/control_tuned.json."""
+    path = work / "control_tuned.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    if not sets.get("pilot") or not args.control_checkpoints:
+        return None
+    final_step = read_status(run_dir).get("step")
+    steps = {p.name: int(p.name.split("-")[-1]) for p in checkpoints_dir(run_dir, "sft").glob("checkpoint-*")}
+    steps = {name: step for name, step in steps.items() if step != final_step}  # the last one is the final adapter
+    candidates = {name: checkpoints_dir(run_dir, "sft") / name for name in sorted(steps, key=steps.get)}
+    candidates["final"], steps["final"] = adapter_dir(run_dir, "sft"), final_step
+    scored = evaluate_together({name: str(p) for name, p in candidates.items()},
+                               {name: work / f"eval_control_{name}.json" for name in candidates}, sets["pilot"],
+                               cfg.grpo.max_completion_length, f"dapo:{work / 'data' / 'pilot.jsonl'}", args.eval_seed,
+                               args.eval_backend)
+    best = max(reversed(list(candidates)), key=lambda name: scored[name]["accuracy"])
+    tuned = {"n": sets["pilot"], "chosen": best, "adapter": str(candidates[best]), "step": steps[best],
+             "candidates": [{"name": name, "step": steps[name], "accuracy": scored[name]["accuracy"],
+                             "accuracy_se": scored[name]["accuracy_se"]} for name in candidates]}
+    write_json_atomic(path, tuned)
+    return tuned
+
+
 def evaluate_together(models: dict[str, str], outs: dict[str, Path], n: int, max_new_tokens: int, data: str,
                       seed: int, backend: str) -> dict[str, dict]:
     """Score several checkpoints on the same prompts in one `pipelines.eval` process (through vLLM: one engine for
@@ -411,22 +443,29 @@ def main(argv: list[str] | None = None) -> int:
                     "sft.warmup_steps=0", "sft.num_train_epochs=1000"]
     statuses = {"sft_w+grpo_a": grpo_status}
     n_fresh = fresh_set(args, cfg, data_dir, control_steps * batch) if wanted - {"grpo_a"} else None
+    # the tuned control's candidates: evenly spaced checkpoints of the control, all kept (with a pilot slice to pick on)
+    saved = ([f"sft.save_steps={max(1, control_steps // args.control_checkpoints)}",
+              f"sft.save_total_limit={args.control_checkpoints + 1}"]
+             if sets.get("pilot") and args.control_checkpoints else [])
+    tuned = None
     if "more_sft_w" in wanted:
         statuses["sft_w+more_sft_w"] = arm("sft_w+more_sft_w", work / "more_sft_w", "sft",
-                                           [*continuation, f"data.sft_source={worked_spec}"])
+                                           [*continuation, f"data.sft_source={worked_spec}", *saved])
+        tuned = tune_control(args, cfg, work, sets, work / "more_sft_w")
     if "fresh_sft" in wanted:
         statuses["sft_w+fresh_sft"] = arm("sft_w+fresh_sft", work / "fresh_sft", "sft",
                                           [*continuation, f"data.sft_source=openmath:{data_dir / 'fresh.jsonl'}",
                                            f"data.n_sft={n_fresh}"])
     models = {"sft_w": sft["adapter"], "sft_w+grpo_a": str(work / "grpo_a" / "grpo"),
-              "sft_w+more_sft_w": str(work / "more_sft_w" / "sft"), "sft_w+fresh_sft": str(work / "fresh_sft" / "sft")}
-    scored_arms = ["sft_w", *(a for a in ARMS[1:] if a.split("+")[-1] in wanted)]
+              "sft_w+more_sft_w": str(work / "more_sft_w" / "sft"), "sft_w+fresh_sft": str(work / "fresh_sft" / "sft"),
+              **({TUNED: tuned["adapter"]} if tuned else {})}
+    scored_arms = [a for a in SCORED if a == "sft_w" or a.split("+")[-1] in wanted or (a == TUNED and tuned)]
     mark(work, "eval", "running")
     columns = {spec: evaluate_together({arm: models[arm] for arm in scored_arms},
                                        {arm: work / eval_file(arm, i) for arm in scored_arms}, n,
                                        cfg.grpo.max_completion_length, spec, args.eval_seed, args.eval_backend)
                for i, (spec, n) in enumerate(eval_sources(args))}
-    if set(scored_arms) != set(ARMS):  # --only-arms: these arms' evaluations are written; the report waits for all
+    if not set(ARMS) <= set(scored_arms):  # --only-arms: these arms' evaluations are written; the report waits for all
         mark(work, "eval", "partial", arms=scored_arms)
         print(f"--only-arms: trained and scored {', '.join(scored_arms)}; sft-W sha256 {sft_hash}", flush=True)
         return 0
@@ -448,9 +487,12 @@ def main(argv: list[str] | None = None) -> int:
         "sampled_format": {"prompts": args.preflight_prompts, "completions_each": cfg.grpo.num_generations,
                            "temperature": cfg.grpo.temperature},
         "control": {"learning_rate": control_lr, "schedule": "linear to 0", "planned_steps": control_steps},
+        "control_tuned": tuned,
         "seconds": {"sft_w": sft["train_seconds"],
-                    **{arm: s["stage_seconds"]["grpo" if arm == "sft_w+grpo_a" else "sft"] for arm, s in statuses.items()}},
-        "steps": {"sft_w": sft["steps"], **{arm: s["step"] for arm, s in statuses.items()}},
+                    **{arm: s["stage_seconds"]["grpo" if arm == "sft_w+grpo_a" else "sft"] for arm, s in statuses.items()},
+                    **({TUNED: statuses["sft_w+more_sft_w"]["stage_seconds"]["sft"]} if tuned else {})},
+        "steps": {"sft_w": sft["steps"], **{arm: s["step"] for arm, s in statuses.items()},
+                  **({TUNED: tuned["step"]} if tuned else {})},
         "reward_curve": reward_curve(work / "grpo_a"),
         **column(full, worked_problems(data_dir)),
         "second_eval": [{"source": s2, **column(f2, worked_problems(data_dir))} for s2, f2 in second],
@@ -490,7 +532,8 @@ def column(full: dict[str, dict], worked: list[str]) -> dict:
     template split."""
     return {"eval": {arm: {**{k: v for k, v in f.items() if k not in ("completions", "example_prompt")},
                            "copy": copy_rate(f["completions"])} for arm, f in full.items()},
-            "grpo_minus": {arm: paired_difference(full["sft_w+grpo_a"], full[arm]) for arm in ARMS if arm != "sft_w+grpo_a"},
+            "grpo_minus": {arm: paired_difference(full["sft_w+grpo_a"], f) for arm, f in full.items()
+                           if arm != "sft_w+grpo_a"},
             "by_template": template_split(worked, full)}
 
 
@@ -509,6 +552,7 @@ def _versions() -> dict:
 
 def report(r: dict) -> str:
     e, sft = r["eval"], r["sft_w"]
+    arms = [arm for arm in SCORED if arm in e]
     n = r["sets"]
     lines = [
         "# GRPO in the seed's data regime: few worked solutions, many answer-only problems", "",
@@ -536,7 +580,7 @@ def report(r: dict) -> str:
         lines[-2:] = ["| arm | train time | steps | format rate % | accuracy % | "
                       + " | ".join(f"accuracy % on `{c['source']}`" for c in second) + " |",
                       "|---|---|---|---|---|" + "---|" * len(second)]
-    for arm in ARMS:
+    for arm in arms:
         lines.append(f"| {arm} | {'' if arm == 'sft_w' else '+'}{r['seconds'][arm]:.0f} s | {r['steps'][arm]} | "
                      f"{_pct(e[arm], 'format_rate')} | {_pct(e[arm], 'accuracy')} |"
                      + "".join(f" {_pct(c['eval'][arm], 'accuracy')} |" for c in second))
@@ -570,19 +614,26 @@ def report(r: dict) -> str:
                          + " | " + " -> ".join("-" if v is None else f"{v:g}" for v in run["reward"]["frac_reward_zero_std"])
                          + f" | {100 * run['accuracy']:.1f} ± {100 * run['accuracy_se']:.1f} | "
                          + ("chosen" if d is None else f"{100 * d['difference']:+.1f} ± {100 * d['se']:.1f}") + " |")
-    lines += level_table({arm: e[arm] for arm in ARMS})
+    if r.get("control_tuned"):
+        t = r["control_tuned"]
+        lines += ["", f"Tuned control ({TUNED}): the more-SFT arm's checkpoints scored greedily on the {t['n']} pilot "
+                  f"problems, as GRPO's pilots are; chosen: `{t['chosen']}` (step {t['step']}):", "",
+                  "| checkpoint | step | pilot accuracy % |", "|---|---|---|"]
+        lines += [f"| {c['name']} | {c['step']} | {100 * c['accuracy']:.1f} ± {100 * c['accuracy_se']:.1f} |"
+                  for c in t["candidates"]]
+    lines += level_table({arm: e[arm] for arm in arms})
     if "by_template" in r:
         lines += ["", "Accuracy (%) on held-out prompts whose template (numbers and capitalised words masked) occurs in W, "
                   "and on the rest; GRPO minus each arm, paired, in points:", "",
-                  "| held-out prompts | n | " + " | ".join(ARMS) + " | " + " | ".join(
-                      f"grpo minus {arm}" for arm in ARMS if arm != "sft_w+grpo_a") + " |",
-                  "|---|---|" + "---|" * (2 * len(ARMS) - 1)]
+                  "| held-out prompts | n | " + " | ".join(arms) + " | " + " | ".join(
+                      f"grpo minus {arm}" for arm in arms if arm != "sft_w+grpo_a") + " |",
+                  "|---|---|" + "---|" * (2 * len(arms) - 1)]
         for part, d in r["by_template"].items():
             if not d["n"]:
                 continue
-            diffs = [d["grpo_minus"][arm] for arm in ARMS if arm != "sft_w+grpo_a"]
+            diffs = [d["grpo_minus"][arm] for arm in arms if arm != "sft_w+grpo_a"]
             lines.append(f"| {part.replace('_', ' ').replace(' w', ' W')} | {d['n']} | "
-                         + " | ".join(f"{100 * d['accuracy'][arm]:.1f}" for arm in ARMS) + " | "
+                         + " | ".join(f"{100 * d['accuracy'][arm]:.1f}" for arm in arms) + " | "
                          + " | ".join(f"{100 * x['difference']:+.1f} ± {100 * x['se']:.1f}" if x else "-" for x in diffs)
                          + " |")
     return "\n".join(lines) + "\n"

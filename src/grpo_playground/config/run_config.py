@@ -156,6 +156,8 @@ class SFTStage:
     max_length: int = field(default=2048, metadata=_help("Longest tokenized SFT example; longer ones are truncated."))
     logging_steps: int = field(default=5, metadata=_help("Log metrics every N steps."))
     save_steps: int = field(default=100, metadata=_help("Save a resumable checkpoint every N steps."))
+    save_total_limit: int = field(default=2, metadata=_help(
+        "Checkpoints kept (older ones are deleted); the comparison's tuned control keeps every one it scores."))
     max_minutes: Optional[float] = field(default=None, metadata=_help(
         "Time budget: stop (and save the adapter) after this many minutes even before max_steps; empty = none."))
 
@@ -168,7 +170,8 @@ class SFTStage:
         _check_choice(f"{prefix}.lr_scheduler_type", self.lr_scheduler_type, LR_SCHEDULERS)
         _check_choice(f"{prefix}.optim", self.optim, OPTIMIZERS)
         _check_range(f"{prefix}.weight_decay", self.weight_decay, 0.0, 1.0)
-        for name in ("per_device_batch_size", "gradient_accumulation_steps", "logging_steps", "save_steps"):
+        for name in ("per_device_batch_size", "gradient_accumulation_steps", "logging_steps", "save_steps",
+                     "save_total_limit"):
             _check_range(f"{prefix}.{name}", getattr(self, name), 1, None)
         _check_range(f"{prefix}.max_length", self.max_length, 16, 131072)
         if self.max_minutes is not None:
@@ -208,6 +211,7 @@ class GRPOStage:
     weight_decay: float = field(default=0.01, metadata=_help("Weight decay (seed 0.01)."))
     logging_steps: int = field(default=5, metadata=_help("Log metrics and sample completions every N steps (seed 5)."))
     save_steps: int = field(default=50, metadata=_help("Save a resumable checkpoint every N steps."))
+    save_total_limit: int = field(default=2, metadata=_help("Checkpoints kept (older ones are deleted)."))
     max_minutes: Optional[float] = field(default=None, metadata=_help(
         "Time budget: stop (and save the adapter) after this many minutes even before max_steps; empty = none."))
     use_vllm: bool = field(default=True, metadata=_help(
@@ -274,7 +278,8 @@ class GRPOStage:
         _check_choice(f"{prefix}.lr_scheduler_type", self.lr_scheduler_type, LR_SCHEDULERS)
         _check_choice(f"{prefix}.optim", self.optim, OPTIMIZERS)
         _check_range(f"{prefix}.weight_decay", self.weight_decay, 0.0, 1.0)
-        for name in ("per_device_batch_size", "gradient_accumulation_steps", "logging_steps", "save_steps", "preflight_prompts"):
+        for name in ("per_device_batch_size", "gradient_accumulation_steps", "logging_steps", "save_steps",
+                     "save_total_limit", "preflight_prompts"):
             _check_range(f"{prefix}.{name}", getattr(self, name), 1, None)
         _check_range(f"{prefix}.warmup_steps", self.warmup_steps, 0, None)
         if self.max_minutes is not None:

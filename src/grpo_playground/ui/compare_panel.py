@@ -144,9 +144,9 @@ def time_text(state: dict) -> str:
 
 
 LEGEND = "GRPO minus arm (points)"
-# the chart's x order (Vega sorts names otherwise): pipelines.experiments.seed_regime.ARMS; the package does not
-# import the CLI layer (pipelines/), so tests/test_compare.py checks that the two agree
-ARM_ORDER = ["sft_w", "sft_w+grpo_a", "sft_w+more_sft_w", "sft_w+fresh_sft"]
+# the chart's x order (Vega sorts names otherwise): pipelines.experiments.seed_regime.SCORED (the trained arms and the
+# tuned control); the package does not import the CLI layer (pipelines/), so tests/test_compare.py checks they agree
+ARM_ORDER = ["sft_w", "sft_w+grpo_a", "sft_w+more_sft_w", "sft_w+tuned_sft_w", "sft_w+fresh_sft"]
 
 
 def _grpo_arm(result: dict) -> str:
