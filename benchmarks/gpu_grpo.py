@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HBM_BYTES_PER_S = {"H200": 4.3e12, "H100": 3.0e12}
 NF4_BYTES_PER_PARAM = 0.5 + 4 / 64  # 4-bit weights + one fp32 absmax per 64 (bitsandbytes nf4, no double quant)
 SLOW_ROLLOUTS_ENV = "GRPO_PLAYGROUND_SLOW_ROLLOUTS"
+PLANNED_PEAK = re.compile(r"memory: memory budget [\d.]+ GiB: peak estimate ([\d.]+) GiB")
 
 # Published configs (grpo_playground.models.shapes); weights are random: speed only.
 SHAPES = {"qwen3-0.6b-shape": QWEN3["Qwen/Qwen3-0.6B"], "qwen3-1.7b-shape": QWEN3["Qwen/Qwen3-1.7B"],
@@ -82,7 +83,7 @@ MODES = {
 }
 BASELINE_MODE = "trl"
 SEED_RECIPE = str(ROOT / "recipes" / "qwen3-8b.yaml")  # the shipped recipe of the seed (Unsloth 4-bit + vLLM fast_inference)
-SUITES = ("qwen", "smollm2", "scaling", "vllm", "speed-base", "speed", "targets", "targets-8b")
+SUITES = ("qwen", "smollm2", "scaling", "vllm", "speed-base", "speed", "targets", "targets-8b", "budget")
 
 
 @dataclass(frozen=True)
@@ -96,12 +97,16 @@ class RunSpec:
     num_gpus: int = 1
     vllm_share: float | None = None  # model.gpu_memory_utilization; None = sized from the model (the product's default)
     recipe: str | None = None  # start from this shipped recipe (its batch, length, LoRA, share) instead of the defaults
+    budget_gib: float | None = None  # hardware.gpu_memory_gib: the job plans, caps and refuses within it (None: the
+    # shipped recipe's own, or none)
 
     @property
     def label(self) -> str:
         share = f"_s{self.vllm_share}" if self.vllm_share is not None else ""
+        budget = f"_b{self.budget_gib:g}" if self.budget_gib is not None else ""
         base = f"_{Path(self.recipe).stem}" if self.recipe else ""
-        return f"{Path(self.model).name}{base}_{self.mode}_L{self.completion}_p{self.prompts}_g{self.num_gpus}{share}"
+        return (f"{Path(self.model).name}{base}_{self.mode}_L{self.completion}_p{self.prompts}_g{self.num_gpus}"
+                f"{share}{budget}")
 
 
 # ---------------------------------------------------------------------------------------------- models
@@ -210,7 +215,7 @@ def write_recipe(spec: RunSpec, location: str, path: Path) -> Path:
     g.logging_steps, g.save_steps, g.preflight_prompts, g.use_vllm = 1, 100000, 1, mode.use_vllm
     g.on_preflight_error = "continue"  # a speed benchmark times its steps even when the untrained model is out of format
     cfg.tracking.swanlab = "disabled"
-    cfg.hardware.num_gpus = spec.num_gpus
+    cfg.hardware.num_gpus, cfg.hardware.gpu_memory_gib = spec.num_gpus, spec.budget_gib
     save_recipe(cfg.validate(), path)
     return path
 
@@ -234,6 +239,8 @@ def _write_from_recipe(spec: RunSpec, location: str, path: Path) -> Path:
         cfg.model.dtype = "bfloat16"
     if spec.vllm_share is not None:
         cfg.model.gpu_memory_utilization = spec.vllm_share
+    if spec.budget_gib is not None:  # else the recipe's own budget, as shipped
+        cfg.hardware.gpu_memory_gib = spec.budget_gib
     cfg.model.name_or_path = location
     cfg.sft.enabled = False
     # the hub is out of reach on the GPU machine: GRPO's prompts and the pre-flight's held-out ones from the generator
@@ -384,6 +391,9 @@ def run_one(spec: RunSpec, out: Path, models_dir: Path | None, gpus: str, timeou
 
         four_bit = load_recipe(recipe).model.load_in_4bit  # a shipped recipe's own setting when it gives the mode
         result.update(census, **decode_floor(census, four_bit, spec.prompts * spec.generations, result["card"] or "H200"))
+    planned = next((m for line in _lines(run_dir / "log.txt") for m in PLANNED_PEAK.findall(line)), None)
+    if planned is not None:  # the job's memory plan (grpo_playground.memory_budget), beside the measured peak
+        result["planned_gib"] = float(planned)
     if result["state"] != "finished":
         result["log_tail"] = "".join(_lines(run_dir / "log.txt")[-25:])
     (out / "results").mkdir(exist_ok=True)
@@ -442,6 +452,7 @@ def suite(name: str) -> list[list[RunSpec]]:
                  RunSpec("smollm2-135m", "trl-vllm", 128, prompts=8, steps=WARMUP_STEPS + 21),
                  RunSpec("smollm2-135m", "trl-vllm-lora", 128, prompts=8, steps=WARMUP_STEPS + 21)]]
     if name == "targets-8b":  # the seed's recipe on the seed's size, then TRL + PEFT bf16 on its batch, then as shipped
+        # (since budgets, each row within the recipe's own hardware.gpu_memory_gib: the `budget` suite's question)
         # The recipe's gpu_memory_utilization 0.7 is of the card (99 GB on an H200), so its first row gets its sized
         # share (0.12 in 4-bit), for the <= 40 GiB target; TRL's bf16 copy beside 0.7 would not fit, so its row gets
         # what grpo_playground.vllm_memory sizes for it on an H200 (0.2); the recipe exactly as shipped comes last.
@@ -452,6 +463,15 @@ def suite(name: str) -> list[list[RunSpec]]:
                  RunSpec("qwen3-8b-shape", "trl-vllm", 1024, prompts=1, steps=WARMUP_STEPS + 8,
                          vllm_share=0.2, recipe=SEED_RECIPE),
                  RunSpec("qwen3-8b-shape", "recipe", 1024, prompts=1, steps=WARMUP_STEPS + 8, recipe=SEED_RECIPE)]]
+    if name == "budget":  # issue 35: the rented card's 22 GiB, kept by the job (hardware.gpu_memory_gib), measured by
+        # nvidia-smi's peak beside the plan's estimate: the 1.7B shape through TRL + vLLM and Unsloth + vLLM, then the
+        # seed's 8B recipe as shipped, then TRL bf16 on its batch (the plan refuses it: two 16 GB copies of the weights)
+        return [[RunSpec("qwen3-1.7b-shape", "trl-vllm-deltas", 512, prompts=8, steps=WARMUP_STEPS + 20, budget_gib=22),
+                 RunSpec("qwen3-1.7b-shape", "unsloth-vllm", 512, prompts=8, steps=WARMUP_STEPS + 20, budget_gib=22),
+                 RunSpec("qwen3-8b-shape", "recipe", 1024, prompts=1, steps=WARMUP_STEPS + 20, recipe=SEED_RECIPE,
+                         budget_gib=22),
+                 RunSpec("qwen3-8b-shape", "trl-vllm", 1024, prompts=1, steps=WARMUP_STEPS + 8, recipe=SEED_RECIPE,
+                         budget_gib=22)]]
     raise ValueError(f"unknown suite {name!r}: use one of {', '.join(SUITES)}")
 
 
@@ -530,7 +550,8 @@ def table(results: list[dict]) -> str:
             f"{r['prompts']} x {r['generations']}", str(r["num_gpus"]),
             r.get("mode_label") or (MODES[r["mode"]].label if r["mode"] in MODES else r["mode"]), _fmt(r.get("step_s"), 2),
             _fmt(r.get("gen_tok_s"), 0), _fmt(r.get("trained_tok_s"), 0),
-            f"{_fmt(r.get('smi_peak_gib'))} / {_fmt(r.get('torch_peak_gib'))}",
+            f"{_fmt(r.get('smi_peak_gib'))} / {_fmt(r.get('torch_peak_gib'))}"
+            + (f" (budget {r['budget_gib']:g}, plan {_fmt(r.get('planned_gib'))})" if r.get("budget_gib") else ""),
             _fmt(step_ratio, 2), _fmt(gen_ratio, 2), _fmt(floor, 0), _fmt(share, 2),
             r["state"] if r["state"] == "finished" else f"{r['state']}: {r.get('reason', '')[:60]}",
         ]) + " |")
@@ -539,7 +560,7 @@ def table(results: list[dict]) -> str:
 
 REPORT_KEYS = ("mode_label", "card", "model", "completion", "prompts", "generations", "num_gpus", "vllm_share", "state",
                "reason", "steps_measured", "warmup_steps_s", "step_s", "p90_step_s", "gen_tok_s", "phases_s",
-               "smi_peak_gib", "torch_peak_gib", "mean_completion", "floor_tok_s", "wall_s")
+               "smi_peak_gib", "torch_peak_gib", "budget_gib", "planned_gib", "mean_completion", "floor_tok_s", "wall_s")
 
 
 def report(results: list[dict], rollouts: dict | None = None) -> dict:

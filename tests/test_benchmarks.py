@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from benchmarks import gpu_grpo
+from grpo_playground.models.shapes import QWEN3, QWEN3_COMMON
 from grpo_playground.training import multigpu
 from grpo_playground.training.rollouts import SLOW_ROLLOUTS_ENV, keeps_cache
 
@@ -157,6 +158,9 @@ def test_published_shapes_have_the_published_sizes():
         return c["vocab_size"] * h + L * layer + h
     assert round(count(gpu_grpo.SHAPES["qwen3-0.6b-shape"]) / 1e9, 2) == 0.6
     assert round(count(gpu_grpo.SHAPES["qwen3-1.7b-shape"]) / 1e9, 2) == 1.72
+    assert round(count(QWEN3["Qwen/Qwen3-4B"]) / 1e9, 2) == 4.02  # the model card's 4.0B
+    untied = QWEN3["Qwen/Qwen3-8B"]  # untied: its lm_head is a second vocabulary x hidden matrix
+    assert round((count(untied) + untied["vocab_size"] * untied["hidden_size"]) / 1e9, 2) == 8.19  # the card's 8.2B
 
 
 def test_memory_sampler_keeps_the_peak_per_gpu():
@@ -337,7 +341,7 @@ def test_grpo_job_runs_as_two_ddp_processes_that_write_one_run_folder(tmp_path):
 
     model_dir = tmp_path / "model"
     torch.manual_seed(0)
-    config = dict(gpu_grpo.QWEN3_COMMON, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    config = dict(QWEN3_COMMON, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                   num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_window_layers=2)
     Qwen3ForCausalLM(Qwen3Config(**config)).save_pretrained(model_dir)
     for f in gpu_grpo.qwen3_tokenizer_files().iterdir():
@@ -384,6 +388,21 @@ def test_issue_24_suites_ask_for_the_target_rows():
     assert [s.mode for s in big] == ["recipe", "trl-vllm", "recipe"] and big[2].vllm_share is None
     assert all(s.steps - gpu_grpo.WARMUP_STEPS >= 8 for s in big)
     assert len({s.label for s in small + big}) == len(small + big)
+
+
+def test_the_budget_suite_keeps_a_rented_cards_22_gib_and_reports_the_plan_beside_the_peak(tmp_path):
+    from grpo_playground.config import load_recipe
+
+    (lane,) = gpu_grpo.suite("budget")
+    assert {s.budget_gib for s in lane} == {22} and len({s.label for s in lane}) == len(lane)
+    assert [(s.model, s.prompts, s.completion) for s in lane[:2]] == [("qwen3-1.7b-shape", 8, 512)] * 2
+    for spec in lane:  # every row's recipe carries the budget to the job
+        recipe = load_recipe(gpu_grpo.write_recipe(spec, "/models/m", tmp_path / f"{spec.label}.yaml"))
+        assert recipe.hardware.gpu_memory_gib == 22
+    row = {"label": "x", "model": "qwen3-1.7b-shape", "completion": 512, "prompts": 8, "generations": 8, "num_gpus": 1,
+           "mode": "trl-vllm-deltas", "state": "finished", "smi_peak_gib": 20.9, "budget_gib": 22, "planned_gib": 12.9}
+    assert "20.9 / - (budget 22, plan 12.9)" in gpu_grpo.table([row])
+    assert gpu_grpo.PLANNED_PEAK.findall("memory: memory budget 22.0 GiB: peak estimate 12.9 GiB") == ["12.9"]
 
 
 def test_a_shipped_recipe_row_changes_only_the_model_path_steps_and_offline_needs(tmp_path):

@@ -11,8 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from benchmarks import gpu_grpo  # noqa: E402
 from benchmarks.logprob_memory import tiny_model, tiny_trainer  # noqa: E402
+from grpo_playground.models.shapes import QWEN3_COMMON  # noqa: E402
 
 PROMPTS = ["What is 2 plus 3?", "Name a prime number."]
 BATCH = [{"prompt": p} for p in PROMPTS for _ in range(2)]  # two groups of two, as TRL's sampler repeats them
@@ -156,7 +156,7 @@ def test_a_wrapped_output_head_keeps_the_full_path(tmp_path):
     from peft import LoraConfig, get_peft_model
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    config = dict(gpu_grpo.QWEN3_COMMON, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+    config = dict(QWEN3_COMMON, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                   num_attention_heads=2, num_key_value_heads=1, head_dim=8, max_window_layers=1, tie_word_embeddings=False)
     model = get_peft_model(Qwen3ForCausalLM(Qwen3Config(**config)), LoraConfig(r=2, target_modules=["q_proj", "lm_head"]))
     assert not _trainer(model, tmp_path, logprobs="chunked").chunked_logprobs
