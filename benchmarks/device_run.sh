@@ -6,7 +6,7 @@
 # serve and eval-speed (the vLLM chat proof and eval timing); share-job-chat and share-chat-job (a chat server and
 # a training job on one GPU); report; seed-sft and seed-regime (issue 13's
 # experiment, in the background) and wait-seed (follows it until done or WAIT_S); shapes (the random-weight Qwen3
-# shapes, in the background); grpo-speed (issue 24's small rows and the plain vllm.LLM.generate of their batches), grpo-speed-8b (its Qwen3-8B rows, after grpo-speed), wait-grpo-speed
+# shapes, in the background); grpo-speed (issue 24's small rows and the plain vllm.LLM.generate of their batches), grpo-speed-8b (its Qwen3-8B rows, after grpo-speed), grpo-budget (issue 35's 22 GiB rows), wait-grpo-speed
 # (follows both until done or WAIT_S) and report-speed (their results/gpu/grpo_step.json into $OUT); gsm8k-data,
 # gsm8k-sft, gsm8k-lease1, gsm8k-bring-back(-grpo), gsm8k-restore, gsm8k-lease2 and wait-gsm8k (issue 20, two leases;
 # BENCHMARKS.md); space-e2e (the app itself through its
@@ -103,14 +103,16 @@ torch.cuda.device_count())"; } > $W/env.txt 2>&1; grep -v "^|" $W/env.txt | tail
     grpo-speed-8b) background grpo-speed-8b "while [ -f $W/grpo-speed.log ] && [ ! -f $W/grpo-speed.done ]; do sleep 2; done; \
       $WAIT_SHAPES; $B models --out $W/models --shapes qwen3-8b-shape; \
       $B suite targets-8b --models $W/models --gpus 0 --out $SPEED_DIR --timeout 900 --deadline ${SPEED8_S:-1800}" ;;
-    wait-grpo-speed)
-      started grpo-speed grpo-speed-8b || continue
+    # issue 35: the rented card's budget (gpu_grpo's `budget` suite: each row within 22 GiB, the plan beside the peak)
+    grpo-budget) background grpo-budget "$WAIT_SHAPES; $B models --out $W/models --shapes qwen3-1.7b-shape qwen3-8b-shape; \
+      $B suite budget --models $W/models --gpus 0 --out $SPEED_DIR --timeout 900 --deadline ${BUDGET_S:-1500}" ;;
+    wait-grpo-speed)  # follows whichever of grpo-speed, grpo-speed-8b and grpo-budget were started here
+      started grpo-speed grpo-speed-8b grpo-budget || continue
       end=$(( $(date +%s) + ${WAIT_S:-500} ))
-      while { [ -f $W/grpo-speed.log ] && [ ! -f $W/grpo-speed.done ]; } || { [ -f $W/grpo-speed-8b.log ] && \
-          [ ! -f $W/grpo-speed-8b.done ]; }; do
+      while for j in grpo-speed grpo-speed-8b grpo-budget; do [ -f $W/$j.log ] && [ ! -f $W/$j.done ] && break; done; do
         [ $(date +%s) -ge $end ] && break; progress grpo_speed; sleep 20
       done
-      tail -3 $W/grpo-speed.log $W/grpo-speed-8b.log 2>/dev/null; cat $W/grpo-speed*.done 2>/dev/null ;;
+      tail -3 $W/grpo-speed.log $W/grpo-speed-8b.log $W/grpo-budget.log 2>/dev/null; cat $W/grpo-*.done 2>/dev/null ;;
     report-speed) $B report $SPEED_DIR --out $W/grpo_step.json && cp $W/grpo_step.json $OUT/ && $B table $SPEED_DIR ;;
     # seed-sft: the data and sft-W alone (TRL and SmolLM2 suffice: it can run while the vLLM parts still travel);
     # seed-regime: after seed-sft (if started) and BEFORE_SEED, the whole experiment (sft-W is then skipped), its
