@@ -170,6 +170,7 @@ def load_policy(cfg: RunConfig, stage: str, start_adapter: Path | None = None) -
 
 def _load_trl(cfg: RunConfig, base, start_adapter: Path | None) -> Policy:
     from peft import PeftModel, get_peft_model
+    from transformers import set_seed
 
     from grpo_playground.models import load_model_and_tokenizer
 
@@ -188,6 +189,7 @@ def _load_trl(cfg: RunConfig, base, start_adapter: Path | None) -> Policy:
     else:
         extra, note = register_tags(model, tokenizer, cfg)
         notes += [note] if note else []
+        set_seed(cfg.lora.seed)  # the LoRA's random init is lora.seed's (Unsloth's random_state), not the process's
         model = get_peft_model(model, lora_config(cfg, **extra))
     return Policy(model, tokenizer, "trl", device, notes, start_adapter)
 

@@ -1,0 +1,162 @@
+"""Stop and Resume keep what was learned (issue 34): proven by the weights, not by the step counter.
+
+A stage stopped at step k and resumed must end with the adapter an uninterrupted run of the same seed ends with
+(CPU float32 runs are reproducible: the same data order, sampling and optimizer state); before the fix, a resumed
+GRPO run with a KL term went on from the SFT adapter (TRL's frozen "ref/" adapter in the checkpoint made
+transformers skip the trained one). A checkpoint the run cannot continue from fails before any step, saying why.
+The jobs run in this process (run_job) on the embedded `tiny` model, with a few short steps.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from grpo_playground.config import apply_overrides, load_recipe
+from grpo_playground.run_layout import METRICS_FILE, STATUS_FILE
+from grpo_playground.training.job import run_job
+from grpo_playground.training.run_folder import RunFolder
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "recipes" / "tiny-cpu.yaml"
+# 4 steps per stage: 8 SFT rows of up to 256 tokens, 2 GRPO prompts x 4 completions of up to 16 tokens.
+SMALL = [
+    "sft.max_steps=4", "sft.logging_steps=1", "sft.save_steps=100", "sft.per_device_batch_size=8", "sft.max_length=256",
+    "sft.warmup_steps=1", "data.n_sft=64", "data.n_grpo=32", "grpo.max_steps=4", "grpo.logging_steps=1",
+    "grpo.save_steps=100", "grpo.per_device_batch_size=8", "grpo.num_generations=4", "grpo.max_completion_length=16",
+    "grpo.preflight_prompts=1", "grpo.learning_rate=1e-3", "tracking.swanlab=disabled", "sft.max_minutes=null",
+    "grpo.max_minutes=null", "grpo.on_preflight_error=continue",
+]
+STOP_AT = 2  # the step after which Stop is pressed: checkpoint-2, then steps 3 and 4 after the resume
+
+
+def train(run_dir: Path, stage: str, monkeypatch, resume: bool = False, stop_at: int | None = None,
+          overrides: tuple[str, ...] = ()) -> str:
+    """One job of `stage`; with stop_at, Stop is pressed once that step ends (the job saves and stops there)."""
+    cfg = apply_overrides(load_recipe(RECIPE), [*SMALL, *overrides])
+    with monkeypatch.context() as patch:
+        if stop_at is not None:  # what a stop.request file does, on a step known in advance
+            patch.setattr(RunFolder, "stop_requested", lambda folder: folder.read_status().get("step", 0) >= stop_at)
+        return run_job(cfg, run_dir, stage=stage, resume=resume)
+
+
+def adapter(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "adapter_model.safetensors"))
+
+
+def distance(a: dict, b: dict) -> float:
+    return sum(float((a[k] - b[k]).pow(2).sum()) for k in a) ** 0.5
+
+
+def assert_same_adapter(a: dict, b: dict, what: str) -> None:
+    import torch
+
+    assert a.keys() == b.keys()
+    far = [k for k in a if not torch.allclose(a[k], b[k], rtol=1e-4, atol=1e-6)]
+    assert not far, f"{what}: {len(far)} of {len(a)} tensors differ (L2 distance {distance(a, b):.3g}), e.g. {far[:2]}"
+
+
+def metric_rows(run_dir: Path, stage: str) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / METRICS_FILE).read_text().splitlines() if line.strip()]
+    return [r for r in rows if r.get("stage") == stage and "loss" in r]
+
+
+def status(run_dir: Path) -> dict:
+    return json.loads((run_dir / STATUS_FILE).read_text())
+
+
+@pytest.fixture(scope="module")
+def sft_run(tmp_path_factory) -> Path:
+    """A run whose SFT stage finished: each GRPO case starts from a copy of it."""
+    run_dir = tmp_path_factory.mktemp("sft") / "run"
+    with pytest.MonkeyPatch.context() as patch:
+        assert train(run_dir, "sft", patch) == "finished"
+    return run_dir
+
+
+def copy_of(run_dir: Path, target: Path) -> Path:
+    shutil.copytree(run_dir, target)
+    return target
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("beta", ["0.04", "0.0"])  # with TRL's frozen "ref" adapter in the checkpoint, and without
+def test_grpo_stopped_and_resumed_ends_where_an_uninterrupted_run_ends(sft_run, tmp_path, monkeypatch, beta):
+    kl = (f"grpo.beta={beta}",)
+    whole = copy_of(sft_run, tmp_path / "whole")
+    assert train(whole, "grpo", monkeypatch, overrides=kl) == "finished"
+
+    resumed = copy_of(sft_run, tmp_path / "resumed")
+    assert train(resumed, "grpo", monkeypatch, stop_at=STOP_AT, overrides=kl) == "stopped"
+    checkpoint = resumed / "checkpoints" / "grpo" / f"checkpoint-{STOP_AT}"
+    assert (checkpoint / "ref").is_dir() == (beta != "0.0")  # the layout that hid the trained adapter
+    at_stop = adapter(checkpoint)
+    assert train(resumed, "grpo", monkeypatch, resume=True, overrides=kl) == "finished"
+
+    sft, final, expected = adapter(sft_run / "sft"), adapter(resumed / "grpo"), adapter(whole / "grpo")
+    assert distance(at_stop, sft) > 0  # GRPO moved the policy before the stop: the test can tell the two apart
+    assert_same_adapter(final, expected, "resumed run vs uninterrupted run")
+    assert distance(final, at_stop) < distance(final, sft) or distance(at_stop, sft) < 1e-3
+    if beta != "0.0":  # the KL after the resume continues the stopped run's (0 meant: back at the reference)
+        after = [r["kl"] for r in metric_rows(resumed, "grpo") if r["step"] > STOP_AT]
+        same = [r["kl"] for r in metric_rows(whole, "grpo") if r["step"] > STOP_AT]
+        assert after == pytest.approx(same, rel=1e-3, abs=1e-9) and all(k > 0 for k in after), (after, same)
+
+
+@pytest.mark.slow
+def test_sft_stopped_and_resumed_ends_where_an_uninterrupted_run_ends(tmp_path, monkeypatch):
+    whole = tmp_path / "whole"
+    assert train(whole, "sft", monkeypatch) == "finished"
+    resumed = tmp_path / "resumed"
+    assert train(resumed, "sft", monkeypatch, stop_at=STOP_AT) == "stopped"
+    assert train(resumed, "sft", monkeypatch, resume=True) == "finished"
+    assert_same_adapter(adapter(resumed / "sft"), adapter(whole / "sft"), "resumed SFT vs uninterrupted SFT")
+
+
+@pytest.fixture
+def stopped_grpo(sft_run, tmp_path, monkeypatch) -> Path:
+    run_dir = copy_of(sft_run, tmp_path / "run")
+    assert train(run_dir, "grpo", monkeypatch, stop_at=STOP_AT) == "stopped"
+    return run_dir
+
+
+def assert_refused_before_any_step(run_dir: Path, *words: str) -> None:
+    state = status(run_dir)
+    assert state["state"] == "failed", state
+    assert all(word in state["reason"] for word in words), state["reason"]
+    assert max(r["step"] for r in metric_rows(run_dir, "grpo")) == STOP_AT, "no step ran after the refusal"
+    assert not (run_dir / "grpo").exists(), "no final adapter from a run that could not resume"
+
+
+@pytest.mark.slow
+def test_a_checkpoint_without_its_adapter_is_refused_before_any_step(stopped_grpo, monkeypatch):
+    (stopped_grpo / "checkpoints" / "grpo" / f"checkpoint-{STOP_AT}" / "adapter_model.safetensors").unlink()
+    assert train(stopped_grpo, "grpo", monkeypatch, resume=True) == "failed"
+    assert_refused_before_any_step(stopped_grpo, "holds no trained adapter", "delete it")
+
+
+@pytest.mark.slow
+def test_a_resume_that_did_not_load_the_adapter_fails_instead_of_training_on(stopped_grpo, monkeypatch):
+    """The check after the load does not trust the loader: a load that leaves the starting adapter (as
+    transformers' own did) is caught before the first resumed step."""
+    from grpo_playground.training import resume
+
+    monkeypatch.setattr(resume, "load_adapters", lambda model, checkpoint: [])
+    assert train(stopped_grpo, "grpo", monkeypatch, resume=True) == "failed"
+    assert_refused_before_any_step(stopped_grpo, "is not the adapter saved in", "the recipe it was trained with")
+
+
+@pytest.mark.slow
+def test_a_recipe_whose_lora_no_longer_fits_the_checkpoint_is_refused(tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    assert train(run_dir, "sft", monkeypatch, stop_at=STOP_AT) == "stopped"
+    assert train(run_dir, "sft", monkeypatch, resume=True, overrides=("lora.r=8", "lora.alpha=16")) == "failed"
+    state = status(run_dir)
+    assert state["state"] == "failed" and "does not fit this run's model" in state["reason"], state
+    assert "the recipe it was trained with" in state["reason"]
+    assert max(r["step"] for r in metric_rows(run_dir, "sft")) == STOP_AT, "no step ran after the refusal"
