@@ -160,3 +160,19 @@ def test_a_recipe_whose_lora_no_longer_fits_the_checkpoint_is_refused(tmp_path, 
     assert state["state"] == "failed" and "does not fit this run's model" in state["reason"], state
     assert "the recipe it was trained with" in state["reason"]
     assert max(r["step"] for r in metric_rows(run_dir, "sft")) == STOP_AT, "no step ran after the refusal"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", ["grpo", "sft"])  # an experiment's grpo-A arm and its more-sft-W arm
+def test_a_stage_started_from_an_adapter_folder_starts_from_its_weights(sft_run, stage):
+    """model.name_or_path = another run's sft/ (how the comparison's arms start from sft-W): the policy is that
+    adapter, tensor for tensor, even with a recipe whose lora section differs from the adapter's."""
+    from grpo_playground.training.backend import adapter_lora, load_policy
+    from grpo_playground.training.resume import adapter_differences
+
+    start = sft_run / "sft"
+    cfg = apply_overrides(load_recipe(RECIPE), [*SMALL, f"model.name_or_path={start}", "lora.r=8", "lora.alpha=8"])
+    policy = load_policy(cfg, stage)
+    assert adapter_differences(policy.model, start) == []
+    config = policy.model.peft_config["default"]
+    assert (config.r, config.lora_alpha) == (adapter_lora(start)["r"], adapter_lora(start)["lora_alpha"]) == (32, 64)
