@@ -102,6 +102,13 @@ def test_grpo_stopped_and_resumed_ends_where_an_uninterrupted_run_ends(sft_run, 
     assert distance(at_stop, sft) > 0  # GRPO moved the policy before the stop: the test can tell the two apart
     assert_same_adapter(final, expected, "resumed run vs uninterrupted run")
     assert distance(final, at_stop) < distance(final, sft) or distance(at_stop, sft) < 1e-3
+    # What evaluation, export and chat load from the resumed run (its stage folder, with PEFT's own loader) is that
+    # continued policy
+    from grpo_playground.models import load_model_and_tokenizer
+    from grpo_playground.training.resume import adapter_differences
+
+    consumer, _ = load_model_and_tokenizer(str(resumed / "grpo"), device="cpu", trainable=False)
+    assert adapter_differences(consumer, resumed / "grpo") == []
     if beta != "0.0":  # the KL after the resume continues the stopped run's (0 meant: back at the reference)
         after = [r["kl"] for r in metric_rows(resumed, "grpo") if r["step"] > STOP_AT]
         same = [r["kl"] for r in metric_rows(whole, "grpo") if r["step"] > STOP_AT]
