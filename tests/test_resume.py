@@ -183,3 +183,63 @@ def test_a_stage_started_from_an_adapter_folder_starts_from_its_weights(sft_run,
     assert adapter_differences(policy.model, start) == []
     config = policy.model.peft_config["default"]
     assert (config.r, config.lora_alpha) == (adapter_lora(start)["r"], adapter_lora(start)["lora_alpha"]) == (32, 64)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["deltas", "lora"])
+def test_the_first_rollout_after_a_resume_syncs_the_checkpoints_policy_into_vllm(stopped_grpo, monkeypatch, mode):
+    """Colocated vLLM cannot run here: at the resumed run's first rollout (where TRL 1.14.2 syncs, its last synced
+    step being -1 in a new trainer), the product's sync of that mode runs against a stand-in engine with vLLM's
+    layout (tests/test_vllm_sync.py), beside TRL's "ref" adapter; what it hands vLLM must be checkpoint-k's policy."""
+    from types import SimpleNamespace
+
+    import torch
+    from test_vllm_sync import PACKED, FakeVllmModel, _merged
+
+    from grpo_playground.models import load_model_and_tokenizer
+    from grpo_playground.training import stages, vllm_sync
+
+    handed = {}
+
+    def with_engine(trainer, backend, timer):
+        stages_instrument(trainer, backend, timer)
+        base = {vllm_sync.hf_name(n).replace(".base_layer", ""): p.detach().clone()
+                for n, p in trainer.model.named_parameters() if ".lora_" not in n}
+        engine = FakeVllmModel(base)
+        llm = SimpleNamespace(llm_engine=SimpleNamespace(model_executor=SimpleNamespace(driver_worker=SimpleNamespace(
+            model_runner=SimpleNamespace(model=engine)))), reset_prefix_cache=lambda: None, generate=None)
+        generation = SimpleNamespace(mode="colocate", tensor_parallel_size=1, enable_sleep_mode=False, llm=llm,
+                                     _dist=SimpleNamespace(is_fsdp=False, is_zero3=False), model=trainer.model)
+        request = lambda name, number, path: SimpleNamespace(lora_int_id=number, lora_path=path)  # noqa: E731
+        sync = vllm_sync.DeltaSync(generation) if mode == "deltas" else \
+            vllm_sync.AdapterSync(generation, stopped_grpo / "served", request=request)
+        rollout = trainer._generate_single_turn
+
+        def first_rollout_syncs(*args, **kwargs):
+            if not handed:
+                assert "ref" in trainer.model.peft_config  # beta > 0: the frozen reference sits beside the policy
+                sync()
+                handed["step"] = trainer.state.global_step
+                handed["weights"] = {n: p.detach().clone() for n, p in engine.named_parameters()}
+                handed["adapter"] = sync.current.lora_path if mode == "lora" else None
+            return rollout(*args, **kwargs)
+
+        trainer._generate_single_turn = first_rollout_syncs
+
+    stages_instrument = stages.instrument_grpo
+    monkeypatch.setattr(stages, "instrument_grpo", with_engine)
+    assert train(stopped_grpo, "grpo", monkeypatch, resume=True) == "finished"
+    assert handed["step"] == STOP_AT
+
+    checkpoint = stopped_grpo / "checkpoints" / "grpo" / f"checkpoint-{STOP_AT}"
+    if mode == "lora":  # the adapter vLLM serves is checkpoint-k's (in bf16, as written for vLLM)
+        served, saved = adapter(Path(handed["adapter"])), adapter(checkpoint)
+        assert served.keys() == saved.keys()
+        for key in saved:
+            torch.testing.assert_close(served[key], saved[key].to(torch.bfloat16), msg=key)
+        return
+    at_stop, _ = load_model_and_tokenizer(str(checkpoint), device="cpu", trainable=False)  # its root adapter
+    expected = FakeVllmModel(_merged(at_stop))
+    assert PACKED == expected.packed_modules_mapping
+    for name, tensor in expected.named_parameters():
+        torch.testing.assert_close(handed["weights"][name], tensor, msg=name)
