@@ -25,7 +25,8 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-ADAPTER = "default"  # the trained adapter's name in the PEFT model (the root of a checkpoint)
+from grpo_playground.training.vllm_sync import ADAPTER  # the trained adapter's name (the root of a checkpoint)
+
 ADAPTER_FILE = "adapter_model.safetensors"
 
 
