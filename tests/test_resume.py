@@ -14,22 +14,16 @@ import shutil
 from pathlib import Path
 
 import pytest
+from test_train_cli import RECIPE, SMALL as CLI_SMALL
 
 from grpo_playground.config import apply_overrides, load_recipe
 from grpo_playground.run_layout import METRICS_FILE, STATUS_FILE
 from grpo_playground.training.job import run_job
 from grpo_playground.training.run_folder import RunFolder
 
-ROOT = Path(__file__).resolve().parents[1]
-RECIPE = ROOT / "recipes" / "tiny-cpu.yaml"
-# 4 steps per stage: 8 SFT rows of up to 256 tokens, 2 GRPO prompts x 4 completions of up to 16 tokens.
-SMALL = [
-    "sft.max_steps=4", "sft.logging_steps=1", "sft.save_steps=100", "sft.per_device_batch_size=8", "sft.max_length=256",
-    "sft.warmup_steps=1", "data.n_sft=64", "data.n_grpo=32", "grpo.max_steps=4", "grpo.logging_steps=1",
-    "grpo.save_steps=100", "grpo.per_device_batch_size=8", "grpo.num_generations=4", "grpo.max_completion_length=16",
-    "grpo.preflight_prompts=1", "grpo.learning_rate=1e-3", "tracking.swanlab=disabled", "sft.max_minutes=null",
-    "grpo.max_minutes=null", "grpo.on_preflight_error=continue",
-]
+# test_train_cli's 4 short steps per stage, with learning rates that move the weights in so few steps (SFT's
+# warm-up over 1 step, not the recipe's 10; GRPO at 1e-3)
+SMALL = [*CLI_SMALL, "sft.warmup_steps=1", "grpo.learning_rate=1e-3"]
 STOP_AT = 2  # the step after which Stop is pressed: checkpoint-2, then steps 3 and 4 after the resume
 
 
