@@ -271,7 +271,7 @@ def _load_unsloth(cfg: RunConfig, stage: str, base, start_adapter: Path | None) 
 
         loaded = set_peft_model_state_dict(model, load_file(str(start_adapter / "adapter_model.safetensors")))
         if loaded.unexpected_keys:
-            raise ValueError(f"the adapter in {start_adapter} does not fit this model's LoRA (lora.r / target_modules "
-                             f"changed?): unexpected keys such as {loaded.unexpected_keys[:3]}")
+            raise ValueError(f"the adapter in {start_adapter} does not fit this model (trained on another?): "
+                             f"unexpected keys such as {loaded.unexpected_keys[:3]}")
         notes.append(f"continuing from the adapter in {start_adapter}")
     return Policy(model, tokenizer, "unsloth", "cuda", notes, start_adapter)
