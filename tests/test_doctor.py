@@ -98,6 +98,11 @@ def test_kl_exponential_growth_and_absolute_blowup():
     growth = diagnose(grpo_rows(3, reward=[1.0, 2.0, 3.0], kl=[0.02, 0.08, 0.32]))
     assert [f.rule for f in growth] == ["kl_blowup"] and growth[0].severity == "warning"
     assert "halve" in growth[0].knob and "beta" in growth[0].knob
+    # From the first step, whose kl is exactly 0 (the policy is the reference): a finding, not a ZeroDivisionError
+    # that killed the training job from inside its logging callback.
+    first = diagnose(grpo_rows(3, reward=[1.0, 2.0, 3.0], kl=[0.0, 0.08, 0.32]))
+    assert [f.rule for f in first] == ["kl_blowup"] and "from 0" in first[0].message
+
     high = diagnose(grpo_rows(1, kl=2.5))
     assert [f.rule for f in high] == ["kl_blowup"] and high[0].severity == "error"
 

@@ -130,7 +130,8 @@ def _rule_kl_blowup(rows, th):
         return "error", f"kl reached {kls[-1]:.3g}: the policy ran far from the reference (gibberish follows)"
     rising = len(kls) == th.window and all(b > a for a, b in zip(kls, kls[1:]))
     if rising and kls[-1] > th.kl_floor and kls[-1] >= th.kl_growth * max(kls[0], 1e-12):
-        return "warning", f"kl grew {kls[-1] / kls[0]:.1f}x in {th.window} logged steps ({kls[0]:.3g} -> {kls[-1]:.3g})"
+        growth = f"{kls[-1] / kls[0]:.1f}x" if kls[0] > 0 else "from 0"  # the first step's kl is 0: policy = reference
+        return "warning", f"kl grew {growth} in {th.window} logged steps ({kls[0]:.3g} -> {kls[-1]:.3g})"
     return None
 
 

@@ -161,6 +161,8 @@ def load_policy(cfg: RunConfig, stage: str, start_adapter: Path | None = None) -
         policy = _load_unsloth(cfg, stage, base, start_adapter)
     else:
         policy = _load_trl(cfg, base, start_adapter)
+    if start_adapter is not None:
+        _check_continues(policy.model, start_adapter)
     if stage == "grpo" and vllm_rollouts(cfg) and not adapter_registered_tags(start_adapter):
         policy.rollouts = "vllm"
     elif stage == "grpo" and vllm_rollouts(cfg):
@@ -169,8 +171,31 @@ def load_policy(cfg: RunConfig, stage: str, start_adapter: Path | None = None) -
     return policy
 
 
+def _check_continues(model, adapter: Path) -> None:
+    """The policy a stage starts from is the adapter it continues, tensor for tensor (a GRPO stage from SFT, an
+    experiment's arm from sft-W): a load that missed some of it would train on from another policy, unannounced."""
+    from grpo_playground.training.resume import adapter_differences
+
+    problems = adapter_differences(model, adapter)
+    if problems:
+        raise ValueError(f"the policy loaded from {adapter} is not that adapter ({len(problems)} tensors: "
+                         f"{'; '.join(problems[:3])}): retrain it with this model and backend, or pick another")
+
+
+def adapter_lora(adapter: Path) -> dict:
+    """The LoRA an adapter folder was trained with. Continuing it in a LoRA built from the recipe's lora section
+    instead would load its tensors into other shapes, or scale them by another alpha: another policy."""
+    from peft import LoraConfig
+
+    found = LoraConfig.from_pretrained(str(adapter))
+    lora = dict(r=found.r, lora_alpha=found.lora_alpha, lora_dropout=found.lora_dropout,
+                target_modules=sorted(found.target_modules))
+    return lora | ({"trainable_token_indices": found.trainable_token_indices} if found.trainable_token_indices else {})
+
+
 def _load_trl(cfg: RunConfig, base, start_adapter: Path | None) -> Policy:
     from peft import PeftModel, get_peft_model
+    from transformers import set_seed
 
     from grpo_playground.models import load_model_and_tokenizer
 
@@ -189,6 +214,7 @@ def _load_trl(cfg: RunConfig, base, start_adapter: Path | None) -> Policy:
     else:
         extra, note = register_tags(model, tokenizer, cfg)
         notes += [note] if note else []
+        set_seed(cfg.lora.seed)  # the LoRA's random init is lora.seed's (Unsloth's random_state), not the process's
         model = get_peft_model(model, lora_config(cfg, **extra))
     return Policy(model, tokenizer, "trl", device, notes, start_adapter)
 
@@ -210,6 +236,9 @@ def _load_unsloth(cfg: RunConfig, stage: str, base, start_adapter: Path | None) 
     from grpo_playground.vllm_memory import read_config
 
     use_vllm = stage == "grpo" and vllm_rollouts(cfg) and not adapter_registered_tags(start_adapter)
+    lora = adapter_lora(start_adapter) if start_adapter is not None else dict(
+        r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+        target_modules=list(cfg.lora.target_modules))
     share = vllm_memory_share(cfg, read_config(hf_dir(base)), weights_loaded=False) if use_vllm else 0.5
     # its fast_inference engine starts in the load: alone on the GPU meanwhile (gpu_share.engine_start)
     with engine_start(f"the GRPO job of run {cfg.name}", print) if use_vllm else nullcontext():
@@ -219,7 +248,7 @@ def _load_unsloth(cfg: RunConfig, stage: str, base, start_adapter: Path | None) 
             load_in_4bit=cfg.model.load_in_4bit if stage == "grpo" else cfg.model.sft_load_in_4bit,
             dtype=None if cfg.model.dtype == "auto" else torch_dtype(cfg),
             fast_inference=use_vllm,
-            max_lora_rank=cfg.lora.r,
+            max_lora_rank=lora["r"],
             gpu_memory_utilization=share,
         )
     notes = [f"unsloth with vLLM rollouts (fast_inference, gpu_memory_utilization {share})" if use_vllm
@@ -228,15 +257,13 @@ def _load_unsloth(cfg: RunConfig, stage: str, base, start_adapter: Path | None) 
         tokenizer = _tokenizer_from(start_adapter)
         if len(tokenizer) != model.get_input_embeddings().weight.shape[0]:
             model.resize_token_embeddings(len(tokenizer))
-        extra = {}
-    else:
+    elif start_adapter is None:
         extra, note = register_tags(model, tokenizer, cfg)
         notes += [note] if note else []
+        lora |= extra
     model = FastLanguageModel.get_peft_model(
-        model, r=cfg.lora.r, target_modules=list(cfg.lora.target_modules), lora_alpha=cfg.lora.alpha,
-        lora_dropout=cfg.lora.dropout, bias="none",
-        use_gradient_checkpointing="unsloth" if cfg.model.gradient_checkpointing else False,
-        random_state=cfg.lora.seed, **extra,
+        model, **lora, bias="none", use_gradient_checkpointing="unsloth" if cfg.model.gradient_checkpointing else False,
+        random_state=cfg.lora.seed,
     )
     if start_adapter is not None:
         # The GRPO stage reloads the base (4-bit, vLLM) and puts the SFT adapter's weights into the fresh LoRA.
@@ -245,7 +272,7 @@ def _load_unsloth(cfg: RunConfig, stage: str, base, start_adapter: Path | None) 
 
         loaded = set_peft_model_state_dict(model, load_file(str(start_adapter / "adapter_model.safetensors")))
         if loaded.unexpected_keys:
-            raise ValueError(f"the adapter in {start_adapter} does not fit this model's LoRA (lora.r / target_modules "
-                             f"changed?): unexpected keys such as {loaded.unexpected_keys[:3]}")
+            raise ValueError(f"the adapter in {start_adapter} does not fit this model (trained on another?): "
+                             f"unexpected keys such as {loaded.unexpected_keys[:3]}")
         notes.append(f"continuing from the adapter in {start_adapter}")
     return Policy(model, tokenizer, "unsloth", "cuda", notes, start_adapter)

@@ -69,7 +69,10 @@ def _train(trainer, folder: RunFolder, stage: str, resume: bool, callback: RunCa
             trainer.add_callback(progress)
     checkpoint = folder.last_checkpoint(stage) if resume else None
     if checkpoint:
+        from grpo_playground.training.resume import resume_from
+
         folder.log(f"{stage}: resuming from {checkpoint.name}")
+        resume_from(trainer, checkpoint, lambda message: folder.log(f"{stage}: {message}"))
     started = time.time()
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     seconds = time.time() - started
