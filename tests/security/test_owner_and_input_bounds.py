@@ -222,11 +222,11 @@ def test_a_short_owner_token_is_called_out_at_launch(monkeypatch, capsys):
     from grpo_playground.jobs.control import MIN_OWNER_TOKEN_CHARS, weak_owner_token
     from grpo_playground.ui import app
 
-    monkeypatch.setattr(gr.Blocks, "launch", lambda self, **kwargs: None)  # the check, not a server
+    monkeypatch.setattr(app, "serve", lambda demo, **kwargs: None)  # the check, not a server
     monkeypatch.setattr(app.signal, "signal", lambda *args: None)  # nor the test process's SIGTERM handler
     for token, warned in (("1234", True), ("x" * MIN_OWNER_TOKEN_CHARS, False), ("", False)):
         monkeypatch.setenv(OWNER_TOKEN_ENV, token)
-        app.launch(gr.Blocks())
+        app.launch(gr.Blocks(), prevent_thread_lock=True)
         said = capsys.readouterr().err
         assert ("has 4 characters: every request may guess it" in said) is warned and (weak_owner_token() is None) \
             is not warned
