@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 
 import gradio as gr
 
@@ -34,7 +35,7 @@ def run_relative(value, roots: list[tuple[str, str]] | None = None):
         for folder, name in roots:
             if folder in value:
                 value = value.replace(folder + os.sep, f"{name}/" if name else "")
-                value = value.replace(folder, name or "the runs folder")
+                value = re.sub(re.escape(folder) + r"(?![\w.-])", name or "the runs folder", value)  # not /runs2
         return value
     if isinstance(value, (list, tuple)):
         return type(value)(run_relative(item, roots) for item in value)
