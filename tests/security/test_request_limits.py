@@ -104,17 +104,21 @@ def test_gradios_dev_routes_are_not_served(app_url):
 
 
 def test_one_address_holds_a_bounded_number_of_open_requests(app_url):
-    # Before: every stream stayed open (1,000 from one client made /score 4x slower).
-    socks = []
+    # Before: every stream stayed open (1,000 from one client made /score 4x slower). Streams are opened until one
+    # is refused: other tests' clients may hold a few of this address's requests.
+    socks, status = [], b""
     try:
-        for _ in range(MAX_OPEN_REQUESTS_PER_VISITOR):
+        while len(socks) <= MAX_OPEN_REQUESTS_PER_VISITOR:
             sock = connect(app_url)
             sock.sendall(f"GET /gradio_api/heartbeat/{uuid.uuid4().hex} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
             socks.append(sock)
-        for sock in socks:
-            assert b" 200 " in sock.recv(4096).split(b"\r\n")[0]  # each stream is open
-        over = httpx.get(f"{app_url}gradio_api/heartbeat/{uuid.uuid4().hex}", timeout=10)
-        assert over.status_code == 429 and "requests from your address are open" in over.text
+            status = sock.recv(4096)
+            if b" 200 " not in status.split(b"\r\n")[0]:
+                break
+        while b"requests from your address" not in status and (more := socks[-1].recv(4096)):
+            status += more  # the refusal's body, after its head
+        assert b" 429 " in status and b"requests from your address are open" in status, status[:200]
+        assert MAX_OPEN_REQUESTS_PER_VISITOR - 16 < len(socks) <= MAX_OPEN_REQUESTS_PER_VISITOR + 1
     finally:
         for sock in socks:
             sock.close()
