@@ -32,10 +32,10 @@ def app_url(tmp_path_factory):
     """The real app, launched once per test session on a free port, with its runs in a temp folder."""
     os.environ["GRPO_PLAYGROUND_RUNS_DIR"] = str(tmp_path_factory.mktemp("runs"))
     import app
-    from grpo_playground.ui.public_limits import launch_settings
+    from grpo_playground.ui.public_limits import serve
 
     port = free_port()
-    app.demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch_settings())
+    serve(app.demo, server_name="127.0.0.1", server_port=port, quiet=True)
     yield f"http://127.0.0.1:{port}/"
     app.demo.close()
     kill_leftover_jobs()

@@ -419,7 +419,8 @@ def test_grpo_run_shows_samples_and_the_doctor(client):
     exported = wait_status(client, started["run_id"], lambda s: s["export"]["state"] in ("finished", "failed"),
                            timeout=300, what="the export")["export"]
     assert exported["state"] == "finished", exported
-    assert any(f.endswith(".q4_k_m.gguf") and Path(f).stat().st_size > 100_000 for f in exported["files"])
+    runs = Path(os.environ["GRPO_PLAYGROUND_RUNS_DIR"])  # the API names files relative to it
+    assert any(f.endswith(".q4_k_m.gguf") and (runs / f).stat().st_size > 100_000 for f in exported["files"])
     # the seed's story on the base model (it never saw the tags): the pre-flight says stop, the doctor
     # names the flat reward / zero-variance collapse within the first logged steps
     assert preflight["level"] == "error"

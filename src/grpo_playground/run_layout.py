@@ -26,6 +26,7 @@ RUNS_DIR_ENV = "GRPO_PLAYGROUND_RUNS_DIR"
 EXPORTS_DIR_ENV = "GRPO_PLAYGROUND_EXPORTS_DIR"
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+APP_FOLDERS = (EVALS_DIR, COMPARISONS_DIR)  # noqa: F405 (the app's own folders in the runs dir: never a run)
 
 
 # --- where runs live --------------------------------------------------------------------------------------------
@@ -55,12 +56,18 @@ def comparisons_dir() -> Path:
 
 def run_path(run_id: str) -> Path:
     """The folder of an existing run; the id is checked so that a user cannot point outside the runs dir."""
-    if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id):
+    if not is_run_name(run_id):
         raise ValueError(f"run id {run_id!r} is not valid: pick one from the run list (letters, digits, . _ -)")
     path = runs_dir() / run_id
     if not path.is_dir():
-        raise FileNotFoundError(f"no run {run_id!r} in {runs_dir()}: pick one from the run list")
+        raise FileNotFoundError(f"no run {run_id!r} in the runs folder: pick one from the run list")
     return path
+
+
+def is_run_name(name) -> bool:
+    """A run id may name a run folder: checked characters, and none of the app's own folders (a resume of
+    `evals` launched a training job there, which was then listed as a run)."""
+    return isinstance(name, str) and bool(RUN_ID_RE.match(name)) and name not in APP_FOLDERS
 
 
 def new_run_id(name: str = "run") -> str:

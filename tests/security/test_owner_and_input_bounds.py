@@ -222,11 +222,11 @@ def test_a_short_owner_token_is_called_out_at_launch(monkeypatch, capsys):
     from grpo_playground.jobs.control import MIN_OWNER_TOKEN_CHARS, weak_owner_token
     from grpo_playground.ui import app
 
-    monkeypatch.setattr(gr.Blocks, "launch", lambda self, **kwargs: None)  # the check, not a server
+    monkeypatch.setattr(app, "serve", lambda demo, **kwargs: None)  # the check, not a server
     monkeypatch.setattr(app.signal, "signal", lambda *args: None)  # nor the test process's SIGTERM handler
     for token, warned in (("1234", True), ("x" * MIN_OWNER_TOKEN_CHARS, False), ("", False)):
         monkeypatch.setenv(OWNER_TOKEN_ENV, token)
-        app.launch(gr.Blocks())
+        app.launch(gr.Blocks(), prevent_thread_lock=True)
         said = capsys.readouterr().err
         assert ("has 4 characters: every request may guess it" in said) is warned and (weak_owner_token() is None) \
             is not warned
@@ -243,3 +243,33 @@ def test_a_null_for_an_optional_api_value_is_its_default():
     assert endpoint("r", None, None) == ("r", "all", ())  # "stage None is unknown" before
     with pytest.raises(gr.Error, match="run_id must be text, not NoneType"):
         endpoint(None)  # a required value has no default to stand in
+
+
+@pytest.mark.parametrize("folder", ["evals", "comparisons"])
+def test_resuming_the_apps_own_folders_is_refused(owner, folder, tmp_path, monkeypatch):
+    """Issue 38: /resume with the run id `evals` launched a training job inside the evaluations folder, which was
+    then listed as a run. The app's folders are no run ids; the refusal names no path of the server."""
+    from grpo_playground import jobs
+    from grpo_playground.ui import training_api
+
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
+    (tmp_path / folder).mkdir()
+    (tmp_path / folder / "status.json").write_text('{"state": "failed", "stage": "all"}')  # as the attack left it
+    with pytest.raises(gr.Error, match=f"run id '{folder}' is not valid") as refused:
+        training_api.api_resume(folder, OWNER)
+    assert sorted(p.name for p in (tmp_path / folder).iterdir()) == ["status.json"]  # no job, no log
+    assert jobs.list_runs() == []
+    with pytest.raises(gr.Error) as missing:
+        training_api.api_resume("20260101-000000-gone-beef", OWNER)
+    assert str(tmp_path) not in str(refused.value) + str(missing.value)
+
+
+@pytest.mark.parametrize("stage", ["sft", "grpo"])
+def test_max_steps_has_an_upper_bound(stage):
+    # Issue 38: max_steps 10**20 was accepted from the owner and reached the trainer.
+    from grpo_playground.config import ConfigError
+    from grpo_playground.config.recipe_io import config_from_dict, safe_yaml
+
+    with pytest.raises(ConfigError, match=f"{stage}.max_steps=100000000000000000000: .*1,?000,?000"):
+        config_from_dict(safe_yaml(f"{stage}: {{max_steps: 100000000000000000000}}"))
+    assert config_from_dict(safe_yaml(f"{stage}: {{max_steps: 1000000}}"))

@@ -302,3 +302,52 @@ def test_a_reply_forged_on_the_result_pipe_is_refused(forged, expected):
     body = f"os.write(int(__import__('sys').argv[1]), {forged.encode()!r})\nos._exit(0)"
     result = run_custom_reward(reward(body), ["a"], "1")
     assert result.scores is None and expected in result.error, result.error
+
+
+HOARD = """
+import json, os
+
+def reward(completions, answer, **kwargs):
+    held = {}
+    for where in ('/', '/dev/shm', '/tmp'):  # 512 KB files: each under RLIMIT_FSIZE (1 MB)
+        held[where] = 0
+        for i in range(64):
+            try:
+                with open(f'{where}/hoard{i}', 'wb') as out:
+                    out.write(b'x' * (512 << 10))
+                held[where] += 512 << 10
+            except OSError:
+                break
+    held['memfd'] = 0
+    try:
+        for i in range(64):
+            fd = os.memfd_create('hoard')
+            os.write(fd, b'x' * (512 << 10))
+            held['memfd'] += 512 << 10
+    except (OSError, AttributeError):
+        pass
+    held['pipes'] = 0
+    try:
+        for i in range(20000):
+            r, w = os.pipe2(os.O_NONBLOCK)
+            try:
+                while True:
+                    held['pipes'] += os.write(w, b'x' * 65536)
+            except BlockingIOError:
+                pass
+    except OSError:
+        pass
+    print(json.dumps(held))
+    return [1.0] * len(completions)
+"""
+
+
+@needs_jail
+def test_the_jail_holds_no_memory_outside_its_limit():
+    # Before: the jail's / and /dev/shm were writable tmpfs: 1 MB files there (under RLIMIT_FSIZE, outside RLIMIT_AS)
+    # pinned 2.3-3.6 GB of host memory per call. memfd files and pipe buffers are host memory too.
+    result = run_custom_reward(HOARD, ["a"], "1", Limits(namespaces=True))
+    held = json.loads(result.stdout.strip().splitlines()[-1])
+    assert held["/"] == held["/dev/shm"] == held["memfd"] == 0, held
+    assert held["/tmp"] <= Limits().file_mb << 20, held  # the private /tmp, capped
+    assert held["pipes"] <= 4 << 20, held  # 64 descriptors' pipe buffers

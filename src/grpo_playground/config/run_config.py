@@ -45,6 +45,10 @@ def _check_choice(path: str, value, choices) -> None:
         raise ConfigError(path, value, f"choose one of {', '.join(map(str, choices))}")
 
 
+# A week of steps at 0.5 s each is ~1.2 million; 10**20 reached the trainer's schedulers (issue 38).
+MAX_STEPS = 1_000_000
+
+
 def _check_range(path: str, value, low=None, high=None, fix: str = "") -> None:
     if isinstance(value, float) and not math.isfinite(value):  # NaN compares False with every bound
         raise ConfigError(path, value, "give a finite number (not NaN or infinity)")
@@ -163,8 +167,9 @@ class SFTStage:
 
     def validate(self, prefix: str = "sft") -> None:
         _check_range(f"{prefix}.num_train_epochs", self.num_train_epochs, 0.0, 1000.0)
-        if self.max_steps == 0 or self.max_steps < -1:
-            raise ConfigError(f"{prefix}.max_steps", self.max_steps, "give a positive number, or -1 to run the epochs")
+        if self.max_steps == 0 or self.max_steps < -1 or self.max_steps > MAX_STEPS:
+            raise ConfigError(f"{prefix}.max_steps", self.max_steps,
+                              f"give a number from 1 to {MAX_STEPS:,}, or -1 to run the epochs")
         _check_range(f"{prefix}.learning_rate", self.learning_rate, 1e-8, 1e-2, "the seed uses 2e-4")
         _check_range(f"{prefix}.warmup_steps", self.warmup_steps, 0, None)
         _check_choice(f"{prefix}.lr_scheduler_type", self.lr_scheduler_type, LR_SCHEDULERS)
@@ -257,7 +262,7 @@ class GRPOStage:
             f"using per_device_batch_size {per_device}")
 
     def validate(self, prefix: str = "grpo") -> None:
-        _check_range(f"{prefix}.max_steps", self.max_steps, 1, None)
+        _check_range(f"{prefix}.max_steps", self.max_steps, 1, MAX_STEPS)
         _check_range(f"{prefix}.learning_rate", self.learning_rate, 1e-9, 1e-2,
                      "the seed uses 5e-6; above ~1e-4 KL explodes on real models")
         _check_range(f"{prefix}.beta", self.beta, 0.0, 10.0, "the seed uses 0.04; 0 drops the reference")

@@ -32,7 +32,7 @@ def list_checkpoints() -> list[tuple[str, str]]:
     for run in runs:
         for stage in TRAINED_STAGES:
             if _is_checkpoint(adapter_dir(run, stage)):
-                choices.append((f"{run.name}/{stage}", str(adapter_dir(run, stage))))
+                choices.append((f"{run.name}/{stage}",) * 2)  # run-relative: the page names no server path
     return choices
 
 
@@ -41,13 +41,14 @@ def _is_checkpoint(path: Path) -> bool:
 
 
 def check_checkpoint(value: str) -> str:
-    """A checkpoint value from the browser, accepted only when it is a registry name or a model folder inside
-    the runs directory (a visitor must not make the server load arbitrary paths)."""
+    """A checkpoint value from the browser (`<run id>/<stage>`, or an absolute path), accepted only when it is a
+    registry name or a model folder inside the runs directory (a visitor must not make the server load arbitrary
+    paths); returns what the eval CLI loads."""
     from grpo_playground.models import MODELS
 
     if value in MODELS:
         return value
-    path = Path(value).resolve()
+    path = (runs_dir() / value).resolve()  # an absolute value stays itself
     if not path.is_relative_to(runs_dir()) or not _is_checkpoint(path):
         raise ValueError(f"checkpoint {value!r} is neither a registry model ({', '.join(MODELS)}) nor a saved stage of a run: refresh the list and pick one")
     return str(path)

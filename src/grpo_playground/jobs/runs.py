@@ -20,9 +20,9 @@ from grpo_playground.run_layout import (
     ACTIVE_STATES,
     JOB_FILE,
     METRICS_FILE,
-    RUN_ID_RE,
     STATUS_FILE,
     STOP_FILE,
+    is_run_name,
     read_json,
     read_status,
     runs_dir,
@@ -127,7 +127,7 @@ def list_runs() -> list[RunInfo]:
     """Every run in the runs directory, newest first, with stale states fixed on the way."""
     infos = []
     for path in runs_dir().iterdir():
-        if path.is_dir() and RUN_ID_RE.match(path.name) and (path / STATUS_FILE).exists():
+        if path.is_dir() and is_run_name(path.name) and (path / STATUS_FILE).exists():
             infos.append(reconcile(load_run(path)))
     return sorted(infos, key=lambda i: i.run_id, reverse=True)  # ids start with their creation time
 

@@ -12,7 +12,7 @@ fork again (RLIMIT_NPROC 0: no threads either): every process of ours that the c
 A wall-clock limit and captured, truncated output on top. As root it drops to uid 65534. Two modes
 (docs/custom_rewards.md says exactly what each stops):
 - "bubblewrap": inside a bwrap jail (jail.py): own namespaces, no capabilities, no network, only /usr
-  visible read-only, a private /tmp for scratch files, the app's processes out of sight.
+  visible read-only, a private 1 MB /tmp the only writable place, the app's processes out of sight.
 - "plain": where no namespace can be made (a non-root container), only if the owner also set
   GRPO_PLAYGROUND_ALLOW_UNSANDBOXED_REWARD=1. The filter then lets open() only read, so no file of the
   app's user (nor /proc/<pid>/mem) can be written, and the app makes itself non-dumpable so the code cannot

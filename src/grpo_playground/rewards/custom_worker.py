@@ -22,6 +22,7 @@ import traceback
 
 FILENAME = "<reward>"
 MAX_ERROR_CHARS = 4000
+MAX_OPEN_FILES = 64  # RLIMIT_NOFILE: Python and a reward need a handful
 PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 4, 38, 22, 2
 BPF_LD_W_ABS, BPF_JEQ_K, BPF_RET_K = 0x20, 0x15, 0x06  # classic BPF opcodes (linux/bpf_common.h)
 SECCOMP_RET_ALLOW, SECCOMP_RET_EPERM = 0x7FFF0000, 0x00050000 | errno.EPERM
@@ -50,6 +51,8 @@ def confine(program: bytes, cpu_s: int, memory_mb: int, file_mb: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
     resource.setrlimit(resource.RLIMIT_FSIZE, (file_mb << 20, file_mb << 20))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    # Pipe buffers are kernel memory outside RLIMIT_AS: 64 descriptors hold at most ~2 MB of them.
+    resource.setrlimit(resource.RLIMIT_NOFILE, (MAX_OPEN_FILES, MAX_OPEN_FILES))
     if LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "cannot set no_new_privs")
     load_filter(program)

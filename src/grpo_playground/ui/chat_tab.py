@@ -42,6 +42,7 @@ from grpo_playground.serving import (
 )
 from grpo_playground.tags import DEFAULT_TAGS, Tags, system_prompt
 from grpo_playground.ui.chat_scores import ReplyScores
+from grpo_playground.ui.public_paths import public_api
 
 SLOTS = 3
 MAX_INPUT_CHARS = 4000
@@ -376,7 +377,7 @@ def create_chat_tab() -> dict:
 
     inputs = [question, gold, *pickers, temperature, top_p, max_tokens, system, rewards, owner_token, state]
     outputs = [*chatbots, scores, notes, state]
-    gr.api(api_targets, api_name="chat_targets")
+    public_api(api_targets, api_name="chat_targets")
     # one event for Send and Enter (each alone let Enter then Send stream twice into the same panes); Clear cancels
     # it, or the running reply refilled the cleared panes and brought the history back
     sending = gr.on([send.click, question.submit], chat, inputs, outputs, api_name="chat", concurrency_limit=SLOTS,

@@ -31,6 +31,7 @@ from grpo_playground.jobs.comparisons import (ComparisonPlan, comparison_state, 
 from grpo_playground.run_layout import RECIPE_FILE
 from grpo_playground.contracts.shipped import RECIPES_DIR, shipped_recipes
 from grpo_playground.step_timing import clock
+from grpo_playground.ui.public_paths import public_api
 
 POLL_S = 3.0
 START_ACTION = "starting, stopping or resuming a comparison"
@@ -370,9 +371,9 @@ def create_compare_panel() -> dict:
     shown = gr.State(None)
     timer = gr.Timer(POLL_S)
 
-    gr.api(api_start, api_name="compare_start")
-    gr.api(api_resume, api_name="compare_resume")
-    gr.api(api_status, api_name="compare_status")
+    public_api(api_start, api_name="compare_start")
+    public_api(api_resume, api_name="compare_resume")
+    public_api(api_status, api_name="compare_status")
     ui = dict(api_visibility="private")
     views = [status, log, chart, arms, levels_table, shown, picker, result_box, no_result, sources_table,
              source_box]

@@ -27,6 +27,7 @@ from grpo_playground.jobs import check_owner, owner_token_required
 from grpo_playground.jobs.evals import eval_job_state, start_eval_job, stop_eval_job
 from grpo_playground.serving import vllm_unavailable_reason
 from grpo_playground.ui import eval_chart
+from grpo_playground.ui.public_paths import public_api
 
 MAX_N = 2000
 MAX_BATCH_SIZE, MIN_NEW_TOKENS, MAX_NEW_TOKENS = 128, 16, 2048
@@ -199,10 +200,10 @@ def create_eval_panel() -> dict:
     shown = gr.State(None)
     timer = gr.Timer(POLL_S)
 
-    gr.api(store.list_checkpoints, api_name="eval_checkpoints")
-    gr.api(api_start, api_name="eval_start")
-    gr.api(api_status, api_name="eval_status")
-    gr.api(saved_results, api_name="eval_results")
+    public_api(store.list_checkpoints, api_name="eval_checkpoints")
+    public_api(api_start, api_name="eval_start")
+    public_api(api_status, api_name="eval_status")
+    public_api(saved_results, api_name="eval_results")
     ui = dict(api_visibility="private")
     views = [status, log, table, chart, verdict, checkpoints, shown]
     # no triggers: on page load, so saved results and runs made since the app started show without pressing anything

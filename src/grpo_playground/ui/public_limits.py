@@ -5,8 +5,8 @@ Gradio 6.31 alone accepts a /queue/join body of any size, stores every input val
 10,000 sessions of ~0.6 MB each before any input) before a handler runs, does not enforce a Textbox's
 `max_length` on the server, caps uploads per file only and keeps them, downloads a file input given as a URL,
 and has one queue size for every event: a stranger's slow scoring requests filled it and then every event of
-every user got HTTP 503 "Queue is full". Each constant below closes one of those; `bound_queue` and
-`RequestLimits` apply them, `launch_settings` passes the rest to `demo.launch`.
+every user got HTTP 503 "Queue is full". Each constant below closes one of those; `bound_queue` applies them,
+`launch_settings` passes the rest to `demo.launch`, with request_limits.py's guard in front of every route.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Callable
 
 import gradio as gr
 from gradio.components.api_component import Api
@@ -21,16 +22,9 @@ from gradio_client.utils import is_http_url_like
 
 from grpo_playground.config.recipe_io import MAX_RECIPE_BYTES
 from grpo_playground.rewards.custom import MAX_CODE_CHARS
+from grpo_playground.ui.request_limits import MAX_UPLOAD_BYTES, RequestLimits, guard_connections, sweep_uploads
 
 MONITORING_ENV = "GRPO_PLAYGROUND_MONITORING"
-MAX_UPLOAD_BYTES = 1_000_000  # one file: a completions file (1 MB) or a recipe (256 KiB), refused while arriving
-MAX_UPLOAD_BODY_BYTES = MAX_UPLOAD_BYTES + 64 * 1024  # one upload request: one such file and its multipart headers
-MAX_UPLOADS_BYTES = 256 * 1024 * 1024  # everyone's temp uploads together
-MAX_UPLOADS_FILES = 2_000
-UPLOAD_PATH = "/gradio_api/upload"
-# Any other request: the largest is a 200,000-character paste, which JSON-escaped (\uXXXX) stays under 3 MB.
-MAX_BODY_BYTES = 3 * 1024 * 1024
-DELETE_CACHE = (60, 600)  # every minute, temp files (uploads included) older than 10 minutes are deleted
 # Sessions Gradio keeps: ~0.64 MB of per-session config each (measured) plus the inputs bounded below (~1 MB of
 # characters for one session that fills every box); past it the least recently used is dropped (its page then
 # starts afresh), so all sessions together stay within ~1-2 GB.
@@ -138,64 +132,9 @@ def bound_queue(demo: gr.Blocks) -> None:
     queue.push = bounded_push
 
 
-def folder_usage(folder: Path) -> tuple[int, int]:
-    """(bytes, files) under `folder`."""
-    size = files = 0
-    for root, _, names in os.walk(folder):
-        for name in names:
-            try:
-                size += os.lstat(os.path.join(root, name)).st_size
-            except FileNotFoundError:
-                continue  # deleted meanwhile (the cache cleanup)
-            files += 1
-    return size, files
-
-
-class RequestLimits:
-    """ASGI middleware in front of every route: a body must declare its length (Content-Length), which must fit
-    the route's limit, and an upload must also fit what everyone's temp uploads may hold together. Refused
-    before a byte of the body is read."""
-
-    def __init__(self, app, upload_dir: str):
-        self.app = app
-        self.upload_dir = Path(upload_dir)
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
-            refusal = self._refusal(scope)
-            if refusal:
-                status, message = refusal
-                await send({"type": "http.response.start", "status": status,
-                            "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")]})
-                await send({"type": "http.response.body", "body": message.encode()})
-                return
-        await self.app(scope, receive, send)
-
-    def _refusal(self, scope) -> tuple[int, str] | None:
-        headers = dict(scope["headers"])
-        declared = headers.get(b"content-length")
-        if declared is None:
-            if b"chunked" in headers.get(b"transfer-encoding", b""):
-                return 411, "send the request with a Content-Length"
-            return None
-        try:
-            length = int(declared)
-        except ValueError:
-            return 400, "Content-Length is not a number"
-        upload = scope["path"].rstrip("/").endswith(UPLOAD_PATH)
-        limit = MAX_UPLOAD_BODY_BYTES if upload else MAX_BODY_BYTES
-        if length > limit:
-            what = "an upload request" if upload else "a request"
-            return 413, f"{what} of {length:,} bytes: the limit is {limit:,} (upload one file of at most {MAX_UPLOAD_BYTES:,} bytes)"
-        if upload:
-            used, files = folder_usage(self.upload_dir)
-            if used + length > MAX_UPLOADS_BYTES or files >= MAX_UPLOADS_FILES:
-                return 507, "the server's upload space is full: try again in a few minutes (old uploads are deleted)"
-        return None
-
-
-def launch_settings() -> dict:
-    """What `demo.launch` needs besides the address, so tests serve the app with the settings a Space gets."""
+def launch_settings(kept: Callable[[], set[str]] = set) -> dict:
+    """What `demo.launch` needs besides the address, so tests serve the app with the settings a Space gets.
+    `kept`: the files of the upload folder that Gradio keeps for the page (never swept)."""
     from gradio.utils import get_upload_folder
     from starlette.middleware import Middleware
 
@@ -205,5 +144,20 @@ def launch_settings() -> dict:
         "state_session_capacity": SESSION_CAPACITY,
         "enable_monitoring": monitoring_enabled(),
         "num_workers": 0,  # no static-file worker processes: every upload passes RequestLimits
-        "app_kwargs": {"middleware": [Middleware(RequestLimits, upload_dir=get_upload_folder())]},
+        "app_kwargs": {"middleware": [Middleware(RequestLimits, upload_dir=get_upload_folder(), kept=kept)]},
     }
+
+
+def kept_files(demo: gr.Blocks) -> set[str]:
+    """Files of the upload folder that Gradio keeps for the page: components' default values and examples."""
+    return set().union(*(getattr(block, "keep_in_cache", set()) for block in demo.blocks.values()))
+
+
+def serve(demo: gr.Blocks, **kwargs) -> None:
+    """Start `demo` with the public limits and return (`demo.block_thread()` waits on it): the uploads an unclean
+    stop left behind are swept first, and the server's sockets are guarded once it listens."""
+    from gradio.utils import get_upload_folder
+
+    sweep_uploads(Path(get_upload_folder()), kept=kept_files(demo))
+    demo.launch(prevent_thread_lock=True, **launch_settings(lambda: kept_files(demo)), **kwargs)
+    guard_connections(demo.server)

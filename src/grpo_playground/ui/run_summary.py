@@ -15,7 +15,7 @@ import gradio as gr
 from grpo_playground import jobs
 from grpo_playground.eval import results as store
 from grpo_playground.rewards.group import explain_extraction
-from grpo_playground.run_layout import TRAINED_STAGES, adapter_dir, run_settings, stage_done
+from grpo_playground.run_layout import TRAINED_STAGES, run_settings, stage_done
 from grpo_playground.step_timing import clock
 from grpo_playground.tags import DEFAULT_TAGS
 
@@ -81,9 +81,9 @@ def chat_choice(run_id: str, targets: list) -> str | None:
 
 
 def eval_checkpoints(run_id: str) -> list[str]:
-    """The run's trained stages as Evaluate tab values (adapter folders)."""
+    """The run's trained stages as Evaluate tab values (`<run id>/<stage>`, as store.list_checkpoints gives)."""
     run = jobs.run_path(run_id)
-    return [str(adapter_dir(run, s)) for s in TRAINED_STAGES if stage_done(run, s)]
+    return [f"{run_id}/{s}" for s in TRAINED_STAGES if stage_done(run, s)]
 
 
 def link_next_steps(buttons: list[gr.Button], shown_run: gr.State, tabs: gr.Tabs, chat_picker: gr.Dropdown,

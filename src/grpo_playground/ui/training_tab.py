@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
+from grpo_playground.ui.public_paths import public_api
 from grpo_playground.ui.sandbox_tab import SandboxInputs
 from grpo_playground.ui.training_api import ENDPOINTS
 from grpo_playground.ui.training_form import FormPart, build_form_part, wire_form
@@ -44,7 +45,7 @@ def create_training_tab() -> TrainingTab:
     timer = gr.Timer(POLL_S)
     # The API first, so its names are the plain ones; the UI's own listeners stay private.
     for fn, name in ENDPOINTS:
-        gr.api(fn, api_name=name)
+        public_api(fn, api_name=name)
     started = [run.run_pick, run.message, run.message_for, screens]
     wire_form(form, started, lambda info: started_updates(run, screens, info))
     wire_run_view(run, history, timer, form.token, screens)
