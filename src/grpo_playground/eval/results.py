@@ -21,13 +21,12 @@ MAX_RESULTS = 100
 
 def list_checkpoints() -> list[tuple[str, str]]:
     """(label, value) pairs: registry models that can load here, then each run's saved stage adapters, newest run
-    first. Offline, a hub model is listed only when it is in the local cache (the others fail on load)."""
+    first. Where the hub cannot be reached, a hub model is listed only when it is in the local cache (the others
+    fail on load)."""
     from grpo_playground.models import MODELS
-    from grpo_playground.models.registry import hub_cached, hub_offline
+    from grpo_playground.models.registry import hub_unusable
 
-    offline = hub_offline()
-    choices = [(name, name) for name, spec in MODELS.items()
-               if spec.source != "hub" or not offline or hub_cached(spec.location)]
+    choices = [(name, name) for name, spec in MODELS.items() if not hub_unusable(spec)]
     runs = sorted((p for p in runs_dir().iterdir() if p.is_dir() and p.name != EVALS_DIR), reverse=True)
     for run in runs:
         for stage in TRAINED_STAGES:
