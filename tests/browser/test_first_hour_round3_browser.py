@@ -5,7 +5,8 @@ read, and a fraction answer against a decimal gold says why it scored as it did.
     OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/browser/test_first_hour_round3_browser.py
 
 Run folders are written in the formats the jobs write (docs/ARCHITECTURE.md "Run folder"), as in
-test_live_run_browser.py, whose helpers these tests share.
+test_live_run_browser.py, whose helpers these tests share. Their ids sort after test_training_browser.py's run (the
+session shares one runs folder): its history row must stay in the table's first screenful.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def write_recipe(run, recipe: str = "quick") -> None:
 
 
 def test_evaluate_it_judges_the_run_on_its_own_data_beside_its_base_model(page):
-    run_id = "20991231-235959-evalown-0301"
+    run_id = "20991230-120000-evalown-0301"
     run = write_run(run_id, {"state": "finished", "stage": "all", "step": 12, "max_steps": 12})
     write_recipe(run)  # quick: tiny, trained and judged on levels 1-2
     for stage in ("sft", "grpo"):
@@ -64,7 +65,7 @@ def test_a_hub_model_this_machine_cannot_reach_is_refused_before_start(page):
 
 
 def test_a_run_that_failed_on_load_offers_nothing_it_cannot_do(page):
-    run_id = "20991231-235959-failedload-0302"
+    run_id = "20991230-120000-failedload-0302"
     write_run(run_id, {"state": "failed", "stage": "sft", "step": 0, "max_steps": 240,
                        "reason": "could not get 'Qwen/Qwen2.5-0.5B-Instruct' from the Hugging Face Hub"},
               sft_steps=[], grpo_steps=[])
@@ -74,7 +75,7 @@ def test_a_run_that_failed_on_load_offers_nothing_it_cannot_do(page):
     for button in ("#training-resume", "#training-export-button", "#training-to-sandbox"):
         expect(page.locator(button)).to_be_disabled()
     # one that failed after saving a checkpoint can be resumed, and one with a trained stage exported
-    run = write_run("20991231-235959-failedlate-0303", {"state": "failed", "stage": "grpo", "step": 5,
+    run = write_run("20991230-120000-failedlate-0303", {"state": "failed", "stage": "grpo", "step": 5,
                                                         "max_steps": 12}, grpo_steps=range(1, 6))
     (run / "checkpoints" / "grpo" / "checkpoint-4").mkdir(parents=True)
     (run / "sft").mkdir()
@@ -87,7 +88,7 @@ def test_a_run_that_failed_on_load_offers_nothing_it_cannot_do(page):
 def test_the_sft_step_time_chart_labels_only_as_many_steps_as_fit(page):
     page.set_viewport_size(SCREEN)
     # SFT logged every step (a short run, logging_steps 1): its step-time chart is a bar per step
-    run_id = "20991231-235959-sftaxis-0304"
+    run_id = "20991230-120000-sftaxis-0304"
     write_run(run_id, {"state": "finished", "stage": "sft", "step": 60, "max_steps": 60},
               sft_steps=range(1, 61), grpo_steps=[])
     pick(page, run_id)
@@ -100,7 +101,7 @@ def test_the_sft_step_time_chart_labels_only_as_many_steps_as_fit(page):
 def test_early_grpo_charts_label_each_step_once(page):
     """GRPO's first two steps: vega's ticks were 1, 1.5, 2, printed "1 2 2"."""
     page.set_viewport_size(SCREEN)
-    run_id = "20991231-235959-grpoaxis-0305"
+    run_id = "20991230-120000-grpoaxis-0305"
     write_run(run_id, {"state": "running", "stage": "grpo", "step": 2, "max_steps": 12}, grpo_steps=[1, 2])
     pick(page, run_id)
     expect(page.locator("#training-plot-0")).to_contain_text("Reward")
@@ -120,7 +121,7 @@ def test_a_fraction_answer_against_a_decimal_gold_says_why_it_scored_low(page):
 
 
 def test_the_history_says_how_long_a_run_took_where_its_reward_ended_and_that_it_was_resumed(page):
-    run_id = "20991231-235959-history-0306"
+    run_id = "20991230-120000-history-0306"
     # GRPO's reward -1.6 ... 0.6 over 12 steps: its last third (steps 9-12) averages 0.30
     write_run(run_id, {"state": "finished", "stage": "all", "step": 12, "max_steps": 12, "resumes": 3,
                        "stage_seconds": {"sft": 61.0, "grpo": 100.0}})
