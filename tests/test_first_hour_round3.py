@@ -109,3 +109,10 @@ def test_resuming_a_run_is_counted_for_the_history(tmp_path, monkeypatch):
     for _ in range(2):
         jobs.resume_run(run.name)
     assert jobs.load_run(run).status["resumes"] == 2
+
+
+def test_where_the_hub_does_not_answer_evaluating_a_hub_model_is_refused_with_the_reason(no_internet):
+    """The API takes any registry name, listed or not: it said "FAILED (see the log)" once the job tried to load."""
+    with pytest.raises(ValueError, match="cannot be reached from here"):
+        store.check_checkpoint("qwen3-0.6b")
+    assert store.check_checkpoint("tiny") == "tiny"

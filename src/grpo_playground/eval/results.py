@@ -40,11 +40,16 @@ def _is_checkpoint(path: Path) -> bool:
 
 
 def check_checkpoint(value: str) -> str:
-    """A checkpoint value from the browser, accepted only when it is a registry name or a model folder inside
-    the runs directory (a visitor must not make the server load arbitrary paths)."""
+    """A checkpoint value from the browser, accepted only when it is a registry name this machine can load (a hub
+    model with no internet failed in the job, "FAILED (see the log)") or a model folder inside the runs directory (a
+    visitor must not make the server load arbitrary paths)."""
     from grpo_playground.models import MODELS
+    from grpo_playground.models.registry import unavailable_reason
 
     if value in MODELS:
+        reason = unavailable_reason(value)
+        if reason:
+            raise ValueError(reason)
         return value
     path = Path(value).resolve()
     if not path.is_relative_to(runs_dir()) or not _is_checkpoint(path):
