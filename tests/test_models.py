@@ -44,7 +44,7 @@ def test_registry_import_does_not_pull_torch():
     [
         ("", "no model given"),
         ("gpt-nine", "unknown model 'gpt-nine'"),
-        ("Qwen/Qwen3-99B", "hub is offline here"),  # a hub id offline names the offline models
+        ("Qwen/Qwen3-99B", "hub cannot be reached from here"),  # a hub id offline names the offline models
         ("Qwen/Qwen3-99B", "tiny, smollm2-135m"),
     ],
 )

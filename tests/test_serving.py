@@ -3,11 +3,13 @@ OpenAI-compatible HTTP; crash, report, restart; the vLLM command line and its "c
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -182,7 +184,14 @@ def test_an_offline_machine_lists_no_hub_model_it_cannot_load(tmp_path, monkeypa
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty hub cache
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "0")
-    online = {t.label for t in discover_targets()}
+    hub = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)  # a hub that answers
+    threading.Thread(target=hub.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{hub.server_address[1]}")
+        online = {t.label for t in discover_targets()}
+    finally:
+        hub.shutdown()
+        hub.server_close()
     assert "vLLM · qwen3-8b" in online
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     offline = {t.label for t in discover_targets()}

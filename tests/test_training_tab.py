@@ -312,12 +312,21 @@ def test_owner_token_guards_start_stop_resume_export_but_not_watching(client, mo
 
 
 def test_crash_marks_failed_and_the_app_keeps_serving(client):
-    started = client.predict(tiny_recipe("model.name_or_path=/nonexistent/model"), "sft", "", api_name="/start")
+    # a data file that is not there: found by the job (a model that cannot load is refused before: test below)
+    started = client.predict(tiny_recipe("data.sft_source=gsm8k:/nonexistent/data.jsonl"), "sft", "",
+                             api_name="/start")
     done = wait_status(client, started["run_id"], lambda s: s["state"] in TERMINAL, what="the crash")
     assert done["state"] == "failed"
-    assert "/nonexistent/model" in done["status"]["reason"]
+    assert "/nonexistent/data.jsonl" in done["status"]["reason"]
     wait_no_process(started["pgid"])
     assert any(r["run_id"] == started["run_id"] for r in client.predict(api_name="/runs"))
+
+
+def test_a_model_that_cannot_load_is_refused_at_start_with_the_reason(client):
+    runs = {r["run_id"] for r in client.predict(api_name="/runs")}
+    with pytest.raises(Exception, match="not an existing path"):
+        client.predict(tiny_recipe("model.name_or_path=/nonexistent/model"), "sft", "", api_name="/start")
+    assert {r["run_id"] for r in client.predict(api_name="/runs")} == runs  # no run made, no job started
 
 
 @pytest.mark.slow
@@ -386,6 +395,13 @@ def _connect(url: str, timeout: float = 120) -> Client:
             if time.time() > deadline:
                 raise
             time.sleep(1)
+
+
+def test_a_model_that_cannot_load_is_refused_at_start_with_the_reason(client):
+    runs = {r["run_id"] for r in client.predict(api_name="/runs")}
+    with pytest.raises(Exception, match="not an existing path"):
+        client.predict(tiny_recipe("model.name_or_path=/nonexistent/model"), "sft", "", api_name="/start")
+    assert {r["run_id"] for r in client.predict(api_name="/runs")} == runs  # no run made, no job started
 
 
 @pytest.mark.slow

@@ -98,6 +98,13 @@ def latest_stage(run_dir: str | Path) -> str | None:
     return next((s for s in reversed(TRAINED_STAGES) if stage_done(run_dir, s)), None)
 
 
+def saved_progress(run_dir: str | Path) -> bool:
+    """Something a resume starts from: a finished stage's adapter or a stage's checkpoint. A run that failed
+    without one (on load, say) would only fail the same way again: it is started anew, with a fixed recipe."""
+    folder = Path(run_dir)
+    return latest_stage(folder) is not None or any((folder / CHECKPOINTS_DIR).glob("*/checkpoint-*"))
+
+
 # --- status -----------------------------------------------------------------------------------------------------
 def read_status(run_dir: Path) -> dict:
     return read_json(Path(run_dir) / STATUS_FILE)

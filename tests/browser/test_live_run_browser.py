@@ -119,7 +119,7 @@ def test_a_finished_run_says_what_it_did_and_what_to_do_next(page):
     pick(page, run_id)
     summary = page.locator("#training-summary")
     expect(summary).to_contain_text("Finished in 2m50s (sft 1m10s, grpo 1m40s)")
-    expect(summary).to_contain_text("GRPO reward -1.60 -> 0.60")
+    expect(summary).to_contain_text("GRPO reward rose: -1.30 -> 0.30")  # first vs last third, with its error
     expect(summary).to_contain_text("1/2 of the last sampled group in the format")
     expect(summary).to_contain_text("98% in the format at the pre-flight")
     expect(summary).to_contain_text("accuracy: not evaluated yet")

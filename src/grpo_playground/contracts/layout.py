@@ -7,6 +7,7 @@ no other module types one.
 # --- files in runs/<run_id>/ ----------------------------------------------------------------------------------
 RECIPE_FILE = "recipe.yaml"  # the RunConfig the job runs (saved once, by whoever creates the run)
 STATUS_FILE = "status.json"  # state, stage, step... (atomic writes: write_status)
+RESUMES_KEY = "resumes"  # in status.json: how often the run was resumed (jobs.resume_run counts them)
 LOG_FILE = "log.txt"  # the job's stdout + stderr
 METRICS_FILE = "metrics.jsonl"  # one row per step
 SAMPLES_FILE = "samples.jsonl"  # one GRPO group per logging step

@@ -21,13 +21,12 @@ MAX_RESULTS = 100
 
 def list_checkpoints() -> list[tuple[str, str]]:
     """(label, value) pairs: registry models that can load here, then each run's saved stage adapters, newest run
-    first. Offline, a hub model is listed only when it is in the local cache (the others fail on load)."""
+    first. Where the hub cannot be reached, a hub model is listed only when it is in the local cache (the others
+    fail on load)."""
     from grpo_playground.models import MODELS
-    from grpo_playground.models.registry import hub_cached, hub_offline
+    from grpo_playground.models.registry import hub_unusable
 
-    offline = hub_offline()
-    choices = [(name, name) for name, spec in MODELS.items()
-               if spec.source != "hub" or not offline or hub_cached(spec.location)]
+    choices = [(name, name) for name, spec in MODELS.items() if not hub_unusable(spec)]
     runs = sorted((p for p in runs_dir().iterdir() if p.is_dir() and p.name != EVALS_DIR), reverse=True)
     for run in runs:
         for stage in TRAINED_STAGES:
@@ -42,11 +41,16 @@ def _is_checkpoint(path: Path) -> bool:
 
 def check_checkpoint(value: str) -> str:
     """A checkpoint value from the browser (`<run id>/<stage>`, or an absolute path), accepted only when it is a
-    registry name or a model folder inside the runs directory (a visitor must not make the server load arbitrary
-    paths); returns what the eval CLI loads."""
+    registry name this machine can load (a hub model with no internet failed in the job, "FAILED (see the log)") or a
+    model folder inside the runs directory (a visitor must not make the server load arbitrary paths); returns what the
+    eval CLI loads."""
     from grpo_playground.models import MODELS
+    from grpo_playground.models.registry import unavailable_reason
 
     if value in MODELS:
+        reason = unavailable_reason(value)
+        if reason:
+            raise ValueError(reason)
         return value
     path = (runs_dir() / value).resolve()  # an absolute value stays itself
     if not path.is_relative_to(runs_dir()) or not _is_checkpoint(path):

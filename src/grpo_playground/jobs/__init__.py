@@ -7,6 +7,7 @@ docs/ARCHITECTURE.md, "Background jobs").
 
 from grpo_playground.jobs.control import (
     OWNER_TOKEN_ENV,
+    check_model_loads,
     check_owner,
     create_run,
     owner_token_required,
@@ -27,7 +28,8 @@ from grpo_playground.run_layout import JOB_STAGES as STAGES  # the stages a job 
 
 __all__ = [
     "ACTIVE_STATES", "FINAL_STATES", "OWNER_TOKEN_ENV", "STAGES", "JsonlTail", "RunFeed", "RunInfo",
-    "check_owner", "create_run", "export_state", "group_members", "kill_group", "list_runs", "load_run", "owner_token_required",
+    "check_model_loads", "check_owner", "create_run", "export_state", "group_members", "kill_group", "list_runs",
+    "load_run", "owner_token_required",
     "queue_line", "read_log_tail", "reconcile", "resume_run", "run_path", "runs_dir", "shell_command",
     "spawn_job", "start_export", "start_run", "stop_run", "train_command", "weak_owner_token",
 ]

@@ -22,6 +22,7 @@ from grpo_playground.config import RunConfig, save_recipe
 from grpo_playground.contracts.process import is_alive, kill_group
 from grpo_playground.jobs.record import start_job, step
 from grpo_playground.jobs.runs import RunInfo, compact_metrics, load_run, queue_line, reconcile, stop_grace_s
+from grpo_playground.models.registry import unavailable_reason
 from grpo_playground.run_layout import (
     ACTIVE_STATES,
     GPU_LOCK,
@@ -29,6 +30,7 @@ from grpo_playground.run_layout import (
     JOB_STAGES,
     LOG_FILE,
     RECIPE_FILE,
+    RESUMES_KEY,
     STOP_FILE,
     TRACEBACK_FILE,
     new_run_id,
@@ -115,9 +117,18 @@ def start_run(config: RunConfig, stage: str = "all", token: str | None = None, n
     """Owner only: create a run from a RunConfig and queue it; returns at once (the job runs on its own)."""
     check_owner(token)
     train_command(Path("."), stage)  # validate the stage before creating anything
+    check_model_loads(config)
     _check_queue_room()
     run_dir = create_run(config, name)
     return spawn_job(run_dir, train_command(run_dir, stage), stage)
+
+
+def check_model_loads(config: RunConfig) -> None:
+    """Refuse a recipe whose model this machine cannot load (a hub id with no internet, a missing package),
+    with the reason and what loads instead, before a job is made that would fail on load seconds later."""
+    reason = unavailable_reason(config.model.name_or_path)
+    if reason:
+        raise ValueError(f"model.name_or_path: {reason}")
 
 
 def resume_run(run_id: str, token: str | None = None) -> RunInfo:
@@ -131,6 +142,7 @@ def resume_run(run_id: str, token: str | None = None) -> RunInfo:
         raise RuntimeError(f"run {run_id} finished: start a new run (e.g. load its recipe and raise max_steps)")
     _check_queue_room()
     compact_metrics(info.path)  # a job killed with its supervisor left its replayed rows: drop them first
+    write_status(info.path, **{RESUMES_KEY: int(info.status.get(RESUMES_KEY) or 0) + 1})  # the history marks it
     return spawn_job(info.path, train_command(info.path, info.stage, resume=True), info.stage)
 
 

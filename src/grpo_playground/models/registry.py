@@ -11,6 +11,9 @@ import importlib.util
 import json
 import os
 import re
+import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,9 +95,39 @@ MODELS: dict[str, ModelSpec] = {
 OFFLINE_MODELS = tuple(name for name, spec in MODELS.items() if spec.source != "hub")
 
 
+HUB_PROBE_S = 3.0  # a hub that has not answered in this long counts as unreachable
+HUB_PROBE_TTL_S = 300.0  # the answer is kept this long: every page's timer asks, and a probe may take HUB_PROBE_S
+_probes: dict[str, tuple[float, bool]] = {}  # endpoint -> (when probed, reachable)
+
+
 def hub_offline() -> bool:
-    """True when the environment forbids the Hugging Face Hub (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)."""
-    return any(os.environ.get(var, "").lower() in ("1", "true", "yes") for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    """True when the Hugging Face Hub cannot be used here: the environment forbids it (HF_HUB_OFFLINE /
+    TRANSFORMERS_OFFLINE), or it does not answer (a machine without internet: a hub model listed there only
+    failed later, on load)."""
+    switches = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    if any(os.environ.get(var, "").lower() in ("1", "true", "yes") for var in switches):
+        return True
+    return not hub_reachable()
+
+
+def hub_reachable() -> bool:
+    """Whether the hub's endpoint (HF_ENDPOINT, default huggingface.co) answers at all, asked once per
+    HUB_PROBE_TTL_S; any HTTP answer counts, only a failed connection (no DNS, no route, timeout) does not."""
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    probed = _probes.get(endpoint)
+    if probed is None or time.monotonic() - probed[0] > HUB_PROBE_TTL_S:
+        probed = _probes[endpoint] = (time.monotonic(), _answers(endpoint))
+    return probed[1]
+
+
+def _answers(url: str) -> bool:
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=HUB_PROBE_S).close()
+    except urllib.error.HTTPError:
+        return True  # an error page is an answer
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def hub_cached(repo_id: str) -> bool:
@@ -102,6 +135,26 @@ def hub_cached(repo_id: str) -> bool:
     from huggingface_hub import try_to_load_from_cache
 
     return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+
+
+def hub_unusable(spec: ModelSpec) -> bool:
+    """A hub model this machine cannot get: the hub is offline here and the model is not in the local cache."""
+    return spec.source == "hub" and hub_offline() and not hub_cached(spec.location)
+
+
+def unavailable_reason(name_or_path: str) -> str | None:
+    """Why a model cannot load on this machine, in words (None when it can): said before a run starts, where
+    the job would otherwise fail on load with the hub client's error."""
+    try:
+        spec = resolve_model(name_or_path)
+        if spec.source == "gguf" and ":" in spec.location:
+            package_file(spec.location)  # a registry GGUF inside a package: is the package installed?
+    except (ValueError, FileNotFoundError) as error:
+        return str(error)
+    if hub_unusable(spec):
+        return (f"{spec.name!r} comes from the Hugging Face Hub ({spec.location}), which cannot be reached from "
+                f"here, and it is not in the local cache; {offline_hint()}")
+    return None
 
 
 def offline_hint() -> str:
@@ -192,8 +245,8 @@ def resolve_model(name_or_path: str | os.PathLike | ModelSpec) -> ModelSpec:
     if HUB_ID.match(text) and not text.startswith((".", "/", "~")):
         if hub_offline() and not hub_cached(text):
             raise ValueError(
-                f"{text!r} is a Hugging Face Hub id, but the hub is offline here (HF_HUB_OFFLINE=1) and it is "
-                f"not in the local cache; {offline_hint()}"
+                f"{text!r} is a Hugging Face Hub id, but the hub cannot be reached from here (no internet, or "
+                f"HF_HUB_OFFLINE=1) and it is not in the local cache; {offline_hint()}"
             )
         return ModelSpec(
             name=text, source="hub", location=text, architecture="from config.json on the hub",

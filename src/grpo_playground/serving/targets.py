@@ -35,7 +35,7 @@ class ChatTarget:
 
 def _registry_targets() -> list[ChatTarget]:
     from grpo_playground.models import MODELS, gguf_path
-    from grpo_playground.models.registry import hub_cached, hub_offline
+    from grpo_playground.models.registry import hub_unusable
 
     found = []
     for name, spec in MODELS.items():
@@ -45,7 +45,7 @@ def _registry_targets() -> list[ChatTarget]:
             except FileNotFoundError:
                 continue  # its package is not installed: nothing to offer
         if spec.source in ("hub", "local") and "vllm" in spec.supports:
-            if spec.source == "hub" and hub_offline() and not hub_cached(spec.location):
+            if hub_unusable(spec):
                 continue  # an offline Space cannot download it: listing it would only fail at Send
             found.append(ChatTarget(VLLM, spec.location, None, f"vLLM · {name}"))
     return found

@@ -48,8 +48,8 @@ def build_demo() -> gr.Blocks:
         follow_disk(chat, chat_parts)
         run = training.run
         run_summary.link_next_steps([run.next_chat, run.export_chat, run.next_eval], run.view, tabs,
-                                    chat_parts["pickers"][0], evaluate["checkpoints"], run.message,
-                                    run.message_for)
+                                    chat_parts["pickers"][0], evaluate["checkpoints"], evaluate["data"],
+                                    run.message, run.message_for)
     configure_queue(demo)
     return demo
 

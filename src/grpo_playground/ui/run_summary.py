@@ -7,15 +7,18 @@ the Chat and Evaluate tabs, so `link_next_steps` is wired by the app once every 
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
+from statistics import mean, variance
 
 import gradio as gr
 
 from grpo_playground import jobs
+from grpo_playground.config import load_recipe
 from grpo_playground.eval import results as store
 from grpo_playground.rewards.group import explain_extraction
-from grpo_playground.run_layout import TRAINED_STAGES, run_settings, stage_done
+from grpo_playground.run_layout import RECIPE_FILE, TRAINED_STAGES, latest_stage, run_settings, stage_done
 from grpo_playground.step_timing import clock
 from grpo_playground.tags import DEFAULT_TAGS
 
@@ -45,6 +48,21 @@ def _accuracy(run_dir: Path, results: list[dict]) -> list[str]:
     return lines
 
 
+def reward_change(rewards: list[float]) -> str:
+    """GRPO's reward over the run with its uncertainty: the mean of the first third of the steps against the last
+    third, with the standard error of that difference. A change under two standard errors is called no change: one
+    step's reward jumps with its few sampled groups, and first -> last step ("5.62 -> 5.06") read noise as a trend."""
+    third = len(rewards) // 3
+    if third < 2:
+        return f"GRPO reward {rewards[0]:.2f} -> **{rewards[-1]:.2f}** ({len(rewards)} steps: too few to tell a trend)"
+    first, last = rewards[:third], rewards[-third:]
+    change = mean(last) - mean(first)
+    error = math.sqrt(variance(first) / len(first) + variance(last) / len(last))
+    words = "rose" if change > 2 * error else "fell" if change < -2 * error else "did not move"
+    return (f"GRPO reward {words}: {mean(first):.2f} -> **{mean(last):.2f}** (mean of the first vs the last third of "
+            f"{len(rewards)} steps: {change:+.2f} ± {error:.2f}{', within noise' if words == 'did not move' else ''})")
+
+
 def summary_markdown(info: jobs.RunInfo, metrics: list[dict], sample: dict | None, preflight: dict | None,
                      results: list[dict]) -> str:
     """The card of a finished run, two short lines beside its next-step buttons ('' for any other state: the
@@ -61,7 +79,7 @@ def summary_markdown(info: jobs.RunInfo, metrics: list[dict], sample: dict | Non
     facts = []
     rewards = [m["reward"] for m in metrics if m.get("stage") == "grpo" and isinstance(m.get("reward"), (int, float))]
     if rewards:
-        facts.append(f"GRPO reward {rewards[0]:.2f} -> **{rewards[-1]:.2f}**")
+        facts.append(reward_change(rewards))
     rate = _format_rate(sample, info.path)
     if rate:
         facts.append(rate)
@@ -80,16 +98,27 @@ def chat_choice(run_id: str, targets: list) -> str | None:
                 None)
 
 
-def eval_checkpoints(run_id: str) -> list[str]:
-    """The run's trained stages as Evaluate tab values (`<run id>/<stage>`, as store.list_checkpoints gives)."""
+def eval_preset(run_id: str) -> tuple[list[str], str | None]:
+    """What 'Evaluate it' picks: the run's base model (where this machine can evaluate it: the comparison's
+    baseline) and its trained stages as Evaluate tab values (`<run id>/<stage>`, as store.list_checkpoints gives),
+    and the data the run is judged on (its recipe's eval_source; None when the recipe cannot be read)."""
     run = jobs.run_path(run_id)
-    return [f"{run_id}/{s}" for s in TRAINED_STAGES if stage_done(run, s)]
+    stages = [f"{run_id}/{s}" for s in TRAINED_STAGES if stage_done(run, s)]
+    try:
+        config = load_recipe(run / RECIPE_FILE)
+    except (OSError, ValueError):  # a hand-broken recipe: the stages alone, on the tab's data
+        return stages, None
+    base = config.model.name_or_path
+    listed = {value for _, value in store.list_checkpoints()}
+    return ([base] if base in listed else []) + stages, config.data.eval_source
 
 
 def link_next_steps(buttons: list[gr.Button], shown_run: gr.State, tabs: gr.Tabs, chat_picker: gr.Dropdown,
-                    eval_picker: gr.Dropdown, message: gr.Markdown, message_for: gr.State) -> None:
+                    eval_picker: gr.Dropdown, eval_data: gr.Textbox, message: gr.Markdown,
+                    message_for: gr.State) -> None:
     """'Chat with it' buttons (several: the summary's, the export panel's) open the Chat tab with the run's model
-    picked; the last of `buttons` is 'Evaluate it', which opens the Evaluate tab with the run's stages picked.
+    picked; the last of `buttons` is 'Evaluate it', which opens the Evaluate tab with the run's base model and
+    stages picked and its own held-out data in `eval_data` (eval_preset).
     `shown_run` is the live view's state (its "run_id"). Where they cannot, they say why in the run message, and
     mark it as written for the run's present state (message_for), so the tick keeps it until that state moves on."""
     from grpo_playground.ui.chat_tab import runnable_targets, target_choices
@@ -112,14 +141,14 @@ def link_next_steps(buttons: list[gr.Button], shown_run: gr.State, tabs: gr.Tabs
 
     def evaluate(view):
         run_id = (view or {}).get("run_id")
-        picked = eval_checkpoints(run_id) if run_id else []
-        if not picked:
+        if not run_id or latest_stage(jobs.run_path(run_id)) is None:
             return say(run_id, f"**{run_id}** has no trained stage to evaluate yet.")
+        picked, data = eval_preset(run_id)
         return {eval_picker: gr.Dropdown(choices=store.list_checkpoints(), value=picked),
-                tabs: gr.Tabs(selected="evaluate")}
+                eval_data: data if data else gr.skip(), tabs: gr.Tabs(selected="evaluate")}
 
     ui = dict(api_visibility="private")
     *chat_buttons, eval_button = buttons
     for button in chat_buttons:
         button.click(chat_with, shown_run, [chat_picker, tabs, message, message_for], **ui)
-    eval_button.click(evaluate, shown_run, [eval_picker, tabs, message, message_for], **ui)
+    eval_button.click(evaluate, shown_run, [eval_picker, eval_data, tabs, message, message_for], **ui)

@@ -24,8 +24,8 @@ from grpo_playground.contracts.metrics import (
     REWARD_STD,
     TRAIN_RUNTIME,
 )
-from grpo_playground.jobs import RunInfo
-from grpo_playground.run_layout import ACTIVE_STATES, RECIPE_FILE, TRAINED_STAGES
+from grpo_playground.jobs import RunFeed, RunInfo
+from grpo_playground.run_layout import ACTIVE_STATES, METRICS_FILE, RECIPE_FILE, RESUMES_KEY, TRAINED_STAGES
 from grpo_playground.step_timing import PHASES, clock, phase_key
 
 CURRENT_STAGE = "current"
@@ -336,7 +336,53 @@ def _check_line(name: str, check: dict) -> str:
             f"\"{answer[:120]}{'...' if len(answer) > 120 else ''}\"" if answer else f"`{check.get('file')}` gave an empty answer")
 
 
+HISTORY_COLUMNS = ["run", "state", "stage", "step", "max_steps", "duration", "final reward", "resumed", "reason"]
+
+
 def history_table(infos: list[RunInfo]) -> pd.DataFrame:
-    columns = ["run", "state", "stage", "step", "max_steps", "reason"]
-    return pd.DataFrame([[i.run_id, state_word(i), i.status.get("stage"), i.status.get("step"),
-                          i.status.get("max_steps"), i.status.get("reason")] for i in infos], columns=columns)
+    """Every run in a row: where it got to, how long it took, where GRPO's reward ended (the mean of its last third
+    of steps, as the run card says) and how often it was stopped and resumed."""
+    rows = []
+    for i in infos:
+        reward = final_reward(i.path)
+        resumes = i.status.get(RESUMES_KEY) or 0
+        rows.append([i.run_id, state_word(i), i.status.get("stage"), i.status.get("step"), i.status.get("max_steps"),
+                     run_duration(i.status), None if reward is None else round(reward, 2),
+                     f"{resumes}×" if resumes else "", i.status.get("reason")])
+    return pd.DataFrame(rows, columns=HISTORY_COLUMNS)
+
+
+def run_duration(status: dict) -> str:
+    """The run's training time: its stages' own seconds once it has them (a stopped run's pause is no part of it),
+    else the time since it started."""
+    seconds = [v for v in (status.get("stage_seconds") or {}).values() if _number(v) is not None]
+    if seconds:
+        return clock(sum(seconds))
+    started, updated = _number(status.get("started")), _number(status.get("updated"))
+    return clock(updated - started) if started and updated and updated >= started else ""
+
+
+def last_third(values: list[float]) -> list[float]:
+    """The last third of a run's steps (one step at least): what its reward ended at, less one step's noise."""
+    return values[-max(1, len(values) // 3):]
+
+
+# metrics.jsonl -> ((mtime_ns, size), final GRPO reward): the history is redrawn at every step of a running job
+_final_rewards: dict[Path, tuple[tuple[int, int], float | None]] = {}
+
+
+def final_reward(run_dir: Path) -> float | None:
+    """The mean GRPO reward of the run's last third of steps; None before GRPO logged one."""
+    path = Path(run_dir) / METRICS_FILE
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    key = (stat.st_mtime_ns, stat.st_size)
+    cached = _final_rewards.get(path)
+    if cached is None or cached[0] != key:
+        feed = RunFeed(Path(run_dir))
+        feed.poll()
+        rewards = [m[REWARD] for m in feed.metrics if m.get("stage") == "grpo" and _number(m.get(REWARD)) is not None]
+        cached = _final_rewards[path] = (key, sum(last_third(rewards)) / len(last_third(rewards)) if rewards else None)
+    return cached[1]

@@ -13,6 +13,7 @@ returns a table with one row per completion, one column per enabled reward, `tot
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import dataclass
 
 import gradio as gr
@@ -132,6 +133,25 @@ def gold_answers(text: str | None, n_completions: int, rewards=()) -> list[str]:
     return canonical
 
 
+# a fraction as a model writes it: 3/4, -3 / 4, \frac{3}{4}, \dfrac{3}{4}
+FRACTION = re.compile(r"^\s*-?\d+\s*/\s*\d+\s*$|\\d?frac\{")
+
+
+def fraction_answer_hint(group: GroupScore) -> str | None:
+    """The answer side of gold_answers' refusal: completions that answered a fraction while a chosen reward compares
+    decimals score as "not a number" even where they equal the gold (gold 0.75, answer 3/4: -4.5 and no word why)."""
+    decimal = [name for name in group.names if name in DECIMAL_REWARDS]
+    fractions = [(i, c.strict_answer) for i, c in enumerate(group.completions, 1) if c.strict_answer is not None
+                 and normalize_number(c.strict_answer) is None and FRACTION.search(c.strict_answer)]
+    if not decimal or not fractions:
+        return None
+    which = ", ".join(f"#{i}" for i, _ in fractions)
+    return (f"Hint: the answer {fractions[0][1].strip()!r} of completion {which} is not a decimal number, and "
+            f"{', '.join(decimal)} compare decimals: it scores as not a number even where it equals the gold. Score "
+            "with answer_equivalence (math-verify reads fractions and LaTeX), or have the model answer in decimals "
+            "(3/4 -> 0.75).")
+
+
 def _frame(group: GroupScore) -> pd.DataFrame:
     headers, rows = group.table()
     return pd.DataFrame([[round(v, 6) for v in row] for row in rows], columns=headers)
@@ -155,7 +175,9 @@ def score_view(*inputs):
         group, design = compute(*inputs)
     except ValueError as exc:
         return gr.update(value=None, visible=False), render_report(None, None, [f"Error: {exc}"]), ""
-    return gr.update(value=_frame(group), visible=True), render_report(group, design, []), render_details(group)
+    hint = fraction_answer_hint(group)
+    return (gr.update(value=_frame(group), visible=True), render_report(group, design, [hint] if hint else []),
+            render_details(group))
 
 
 def upload_file(path):

@@ -20,8 +20,8 @@ from grpo_playground.ui import run_views
 CHART_HEIGHT = 200  # px: two rows of charts beside the doctor fit a 1280x800 screen
 # gradio replaces each color with its theme's palette by position; the list only needs to be long enough
 PALETTE = ["#1f77b4"] * 12
-STEP_AXIS = {"field": "step", "type": "quantitative", "title": "step", "scale": {"zero": False},
-             "axis": {"tickMinStep": 1, "format": "d"}}  # whole steps: no 1.2 ticks, no "1" twice
+MAX_STEP_LABELS = 8  # x labels a ~370 px chart holds side by side: more ran together ("152229364350")
+NICE_STRIDES = (1, 2, 5)  # tick strides are these times a power of ten: 1, 2, 5, 10, 20, 50, ...
 # svg (vega-embed draws on a canvas by default): crisp text, and its marks can be found in the page
 EMBED = {"embedOptions": {"renderer": "svg", "actions": False}}
 FRAME = {"height": CHART_HEIGHT, "background": "transparent", "usermeta": EMBED}  # the page's theme shows through
@@ -36,12 +36,45 @@ def _color(title: str, labels: list[str]) -> dict:
             "legend": {"orient": "bottom", "direction": "horizontal", "columns": columns, "labelLimit": 0}}
 
 
+def _stride(span: int) -> int:
+    """The smallest nice stride that labels a span of `span` steps with at most MAX_STEP_LABELS ticks."""
+    scale = 1
+    while True:
+        for base in NICE_STRIDES:
+            if span // (base * scale) + 1 <= MAX_STEP_LABELS:
+                return base * scale
+        scale *= 10
+
+
+def step_ticks(steps) -> list[int]:
+    """The x ticks of a line chart: whole steps at a nice stride inside the logged range, each labelled once (vega's
+    own ticks over steps 1-2 were 1, 1.5, 2, printed "1 2 2")."""
+    low, high = int(min(steps)), int(max(steps))
+    stride = _stride(high - low)
+    first = -(-low // stride) * stride  # the first multiple of the stride in range
+    return list(range(first, high + 1, stride)) or [low]
+
+
+def bar_ticks(steps) -> list[int]:
+    """The labelled bars of a bar-per-step chart: at most MAX_STEP_LABELS, evenly spread, the first included
+    (SFT's 24 bars labelled every one of them)."""
+    logged = sorted({int(s) for s in steps})
+    every = -(-len(logged) // MAX_STEP_LABELS)
+    return logged[::every]
+
+
+def _step_axis(steps) -> dict:
+    return {"field": "step", "type": "quantitative", "title": "step", "scale": {"zero": False},
+            "axis": {"values": step_ticks(steps), "format": "d"}}
+
+
 def line_spec(frame: pd.DataFrame, title: str) -> dict:
     """One line per series over whole steps, a point on each logged step (a single step still shows)."""
     return {**FRAME, "title": title, "data": {"values": frame.to_dict("records")},
             "layer": [{"mark": {"type": "line", "tooltip": True, "point": {"filled": True, "strokeOpacity": 0}},
-                       "encoding": {"x": STEP_AXIS, "y": {"field": "value", "type": "quantitative", "title": None,
-                                                           "scale": {"zero": False}},
+                       "encoding": {"x": _step_axis(frame["step"]),
+                                    "y": {"field": "value", "type": "quantitative", "title": None,
+                                          "scale": {"zero": False}},
                                     "color": _color("", list(frame["series"].unique()))}}]}
 
 
@@ -49,8 +82,9 @@ def stacked_bar_spec(frame: pd.DataFrame, title: str) -> dict:
     """A bar per step whose parts are the series (the step's phases), stacked in the order given."""
     order = list(dict.fromkeys(frame["series"]))
     records = [{**row, "order": order.index(row["series"])} for row in frame.to_dict("records")]
-    # ordinal steps: one bar per logged step, labelled by its number (thinned when they would overlap)
-    x = {"field": "step", "type": "ordinal", "title": "step", "axis": {"labelOverlap": "greedy", "labelAngle": 0}}
+    # ordinal steps: one bar per logged step, a few of them labelled by their number
+    x = {"field": "step", "type": "ordinal", "title": "step",
+         "axis": {"values": bar_ticks(frame["step"]), "labelAngle": 0}}
     return {**FRAME, "title": title, "data": {"values": records},
             "mark": {"type": "bar", "tooltip": True},
             "encoding": {"x": x, "y": {"field": "value", "type": "quantitative", "title": "seconds", "stack": "zero"},

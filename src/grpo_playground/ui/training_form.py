@@ -151,6 +151,10 @@ def wire_form(part: FormPart, started: list, on_start) -> None:
             config = config_from_values(specs, list(values))
         except USER_ERRORS:
             return problems_markdown(form_problems(specs, list(values))), gr.skip()
+        try:
+            jobs.check_model_loads(config)  # valid, but would it load here? said now, not by a failed job
+        except ValueError as exc:
+            return problems_markdown([str(exc)]), gr.skip()
         file, base = source
         try:
             edits = overrides_between(config_from_values(specs, values_from_config(specs, config_from_dict(base))),

@@ -18,7 +18,8 @@ from grpo_playground.jobs.comparisons import comparison_state, running_compariso
 from grpo_playground.jobs.exports import export_state
 from grpo_playground.jobs.scale_outs import scale_out_state
 from grpo_playground.eval import results as eval_results
-from grpo_playground.run_layout import LOG_FILE, PREFLIGHT_FILE, TRAINED_STAGES, evals_dir, read_json, stage_done
+from grpo_playground.run_layout import (LOG_FILE, PREFLIGHT_FILE, TRAINED_STAGES, evals_dir, read_json, saved_progress,
+                                       stage_done)
 from grpo_playground.ui import run_summary, run_views
 from grpo_playground.ui.training_api import api_export, api_resume, api_scale_out, api_stop
 from grpo_playground.ui.training_charts import build_charts, chart_update, chart_updates
@@ -108,7 +109,8 @@ def build_run_view() -> RunViewPart:
         gguf_types = gr.Dropdown(list(GGUF_TYPES), value=["q4_k_m"], multiselect=True, label="GGUF types",
                                  info="f16 is always written; q4_k_m is the seed's choice for llama.cpp / Ollama",
                                  scale=2)
-        export = gr.Button("Export GGUF", scale=1, elem_id="training-export-button")
+        # enabled by the tick once a stage is trained (a run that failed on load has nothing to export)
+        export = gr.Button("Export GGUF", scale=1, interactive=False, elem_id="training-export-button")
     export_status = gr.Markdown(elem_id="training-export")
     with gr.Row():
         export_files = gr.File(label="Download", file_count="multiple", interactive=False, visible=False, scale=3,
@@ -152,6 +154,8 @@ class Tick:
     export_files: object = field(default_factory=gr.skip)
     export_chat: object = field(default_factory=gr.skip)
     export_stage: object = field(default_factory=gr.skip)
+    export: object = field(default_factory=gr.skip)
+    to_sandbox: object = field(default_factory=gr.skip)
     scale_out_status: object = field(default_factory=gr.skip)
     scale_out_file: object = field(default_factory=gr.skip)
     message: object = field(default_factory=gr.skip)
@@ -170,7 +174,8 @@ def tick_updates(tick: Tick, run: RunViewPart, history: HistoryPart) -> dict:
             run.preflight_verdict: tick.preflight_verdict, run.preflight: tick.preflight, run.log: tick.log,
             history.table: tick.history, history.compare_plot: tick.compare, run.export_status: tick.export_status,
             run.export_files: tick.export_files, run.export_chat: tick.export_chat,
-            run.export_stage: tick.export_stage, run.scale_out_status: tick.scale_out_status,
+            run.export_stage: tick.export_stage, run.export: tick.export,
+            run.samples.to_sandbox: tick.to_sandbox, run.scale_out_status: tick.scale_out_status,
             run.scale_out_file: tick.scale_out_file, run.message: tick.message, run.stop: tick.stop,
             run.resume: tick.resume, run.summary: tick.summary, run.next_steps: tick.next_steps}
 
@@ -223,6 +228,7 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
         tick.progress = "No runs yet: pick a recipe in **1. Set up a run** and press Start."
         tick.charts = [chart_update(None, chart) for chart in run_views.CHARTS]
         tick.stop, tick.resume = control_updates(None)
+        tick.export = tick.to_sandbox = gr.update(interactive=False)
         return tick
     feed = view["feed"]
     changed = feed.poll() or view["status"] is None
@@ -242,6 +248,7 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
         sample = feed.samples[-1] if feed.samples else None
         tick.caption = run_views.sample_caption(sample)
         tick.samples = run_views.sample_table(sample)
+        tick.to_sandbox = gr.update(interactive=sample is not None)
         findings = run_views.doctor_findings(feed.findings, feed.metrics)
         tick.findings, tick.findings_caption = run_views.findings_html(findings), run_views.findings_caption(findings)
         tick.compare = compare_metrics(run_id, feed.metrics, compare_id, compare_key)
@@ -258,9 +265,11 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
 
 
 def control_updates(info: jobs.RunInfo | None) -> tuple[dict, dict]:
-    """Stop and Resume, each enabled only when it can act on the run on screen."""
+    """Stop and Resume, each enabled only when it can act on the run on screen: Resume a stopped run, or a
+    failed one that saved something to resume from (one that failed on load would fail again)."""
     state = info.state if info else None
-    return gr.update(interactive=state in jobs.ACTIVE_STATES), gr.update(interactive=state in ("stopped", "failed"))
+    resumable = state == "stopped" or (state == "failed" and saved_progress(info.path))
+    return gr.update(interactive=state in jobs.ACTIVE_STATES), gr.update(interactive=resumable)
 
 
 def _summary(tick: Tick, info: jobs.RunInfo, changed: bool) -> None:
@@ -283,6 +292,7 @@ def _export_panel(tick: Tick, info: jobs.RunInfo) -> None:
     done = [s for s in TRAINED_STAGES if stage_done(info.path, s)]
     if done != view["stages_done"]:
         view["stages_done"] = done
+        tick.export = gr.update(interactive=bool(done))
         tick.export_stage = gr.update(choices=done or list(TRAINED_STAGES),
                                       value=done[-1] if done else TRAINED_STAGES[-1])
     exported = export_state(info.path)

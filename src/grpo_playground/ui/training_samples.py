@@ -32,7 +32,8 @@ def build_samples() -> SamplesPart:
     table = gr.Dataframe(run_views.sample_table(None), label="Completions with each reward's score, total and advantage",
                          wrap=True, interactive=False, max_height=TABLE_HEIGHT, max_chars=CELL_CHARS,
                          elem_id="training-samples")
-    to_sandbox = gr.Button("Open this group in the Reward sandbox", elem_id="training-to-sandbox")
+    # enabled by the tick once the run has a sample group
+    to_sandbox = gr.Button("Open this group in the Reward sandbox", interactive=False, elem_id="training-to-sandbox")
     return SamplesPart(caption, table, to_sandbox)
 
 
