@@ -31,13 +31,6 @@ TIMEOUT_MS = 30_000  # two shared cores: a Gradio round trip can take seconds un
 APP_START_S = 90  # importing gradio alone took 12 s here under load
 
 
-def pytest_collection_modifyitems(items):
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(item.fspath).parents:
-            item.add_marker(pytest.mark.browser)
-
-
 def unavailable(message: str):
     """Skip locally, fail in CI: a browser test that silently skips in CI proves nothing."""
     if os.environ.get("CI", "").lower() == "true":
