@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib._bootstrap
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -40,8 +41,10 @@ TIERS = {
     "app_url": "app",  # the real app in this process: gradio's import and launch
     "custom_reward_app_url": "app",  # `python app.py` in a child process
     "browser": "browser",  # headless chromium (every page fixture uses it)
+    "trainer": "slow",  # the training CLI in a child process
     "exported_lora_run": "slow",  # tests/test_export.py: a LoRA trained, converted and quantized by llama.cpp
     "exported_format_run": "slow",
+    "written": "slow",  # tests/test_scale_out.py: what `python -m pipelines.scale_out` wrote
 }
 TIER_NAMES = ("slow", "browser", "app")
 # A fast test's call may take this long (wall time, first imports of a library not counted: the first test of a
@@ -133,3 +136,17 @@ def kill_leftover_jobs() -> None:
     for info in list_runs():
         if info.state in ACTIVE_STATES and info.job.get("pid"):
             kill_group(info.job["pid"])
+
+
+@pytest.fixture
+def trainer():
+    """trainer(*ARGS) runs `python -m pipelines.train ARGS` as the app does, in a child process, and returns it
+    finished (text stdout and stderr). Each child pays ~7 s for TRL's import before its first step."""
+    from grpo_playground.child_process import python_child_env
+
+    def train(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        env = python_child_env(OMP_NUM_THREADS="1", SWANLAB_MODE="disabled")
+        return subprocess.run([sys.executable, "-m", "pipelines.train", *args], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=timeout)
+
+    return train

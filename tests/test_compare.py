@@ -257,6 +257,7 @@ def finished_files(work: Path) -> dict[Path, bytes]:
     return {path: path.read_bytes() for path in files if path.is_file()}
 
 
+@pytest.mark.slow  # a comparison job trains its arms
 def test_a_stopped_comparison_resumes_without_redoing_the_steps_it_finished(runs):
     """Stop once sft-W is done, then Resume comparison: it runs again in its own folder, every step finished before
     is left as it was (not trained again), and the interrupted arm starts over."""
