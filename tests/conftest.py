@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib._bootstrap
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -47,9 +48,10 @@ TIERS = {
     "written": "slow",  # tests/test_scale_out.py: what `python -m pipelines.scale_out` wrote
 }
 TIER_NAMES = ("slow", "browser", "app")
-# A fast test's call may take this long (wall time, first imports of a library not counted: the first test of a
-# selection to import torch pays for every later one). On a machine busier than its cores the limit grows with the
-# load, so other work on the machine does not fail a test; GRPO_PLAYGROUND_FAST_TEST_S moves it, 0 turns it off.
+# A fast test's call may take this long, in wall time and in CPU time (this thread's and its ended children's), first
+# imports of a library not counted (the first test of a selection to import torch pays for every later one). On a
+# machine busier than its cores the wall-time limit grows with the load, so other work does not fail a test while
+# the CPU-time limit still holds; GRPO_PLAYGROUND_FAST_TEST_S moves both, 0 turns the check off.
 FAST_LIMIT_S = float(os.environ.get("GRPO_PLAYGROUND_FAST_TEST_S", "5"))
 
 
@@ -88,23 +90,31 @@ class FirstImports:
         importlib._bootstrap._find_and_load = self._original
 
 
-def fast_limit_s() -> float:
+def wall_limit_s() -> float:
     return FAST_LIMIT_S * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+
+
+def cpu_s() -> float:
+    """CPU seconds of this thread and of the children it waited for."""
+    own, children = resource.getrusage(resource.RUSAGE_THREAD), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     if not FAST_LIMIT_S or not item.get_closest_marker("fast"):
         return (yield)
-    start = time.perf_counter()
+    wall, cpu = time.perf_counter(), cpu_s()
     with FirstImports() as imports:
         result = yield
-    took, limit = time.perf_counter() - start - imports.seconds, fast_limit_s()
-    if took > limit:
-        pytest.fail(f"{item.nodeid} took {took:.1f} s (first imports not counted: {imports.seconds:.1f} s), over the "
-                    f"fast tier's {limit:.1f} s. Give it its cost: use the fixture that starts what it waits for "
-                    f"({', '.join(sorted(TIERS))}) or, if it trains, converts or waits on a child process, mark it "
-                    "@pytest.mark.slow; or make it faster. GRPO_PLAYGROUND_FAST_TEST_S=SECONDS moves the limit.",
+    wall, cpu = time.perf_counter() - wall - imports.seconds, max(0.0, cpu_s() - cpu - imports.seconds)
+    if wall > wall_limit_s() or cpu > FAST_LIMIT_S:
+        pytest.fail(f"{item.nodeid} took {wall:.1f} s, {cpu:.1f} s of CPU (first imports not counted: "
+                    f"{imports.seconds:.1f} s), over the fast tier's {FAST_LIMIT_S:g} s (wall time: "
+                    f"{wall_limit_s():.1f} s at this load). Give it its cost: use the fixture that starts what it "
+                    f"waits for ({', '.join(sorted(TIERS))}) or, if it trains, converts or waits on a child process, "
+                    "mark it @pytest.mark.slow; or make it faster. GRPO_PLAYGROUND_FAST_TEST_S=SECONDS moves the "
+                    "limit.",
                     pytrace=False)
     return result
 
