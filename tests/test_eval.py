@@ -250,6 +250,7 @@ def test_saved_results_are_parsed_once_per_change_not_at_every_tick(tmp_path, mo
     assert reads[3:] == [files[0].name]
 
 
+@pytest.mark.slow  # a fresh interpreter imports the panel (gradio)
 def test_panel_module_does_not_import_torch():
     code = ("import sys\nimport grpo_playground.ui.eval_panel\n"
             "bad = [m for m in ('torch', 'transformers', 'datasets', 'peft', 'trl') if m in sys.modules]\nassert not bad, bad\n")
@@ -320,6 +321,7 @@ def test_the_eval_cli_evaluates_several_checkpoints_in_one_process(tiny, adapter
     assert bad.returncode == 2 and "give one --out per --model" in bad.stderr
 
 
+@pytest.mark.slow  # an evaluation job's child
 def test_a_vllm_evaluation_job_runs_every_checkpoint_in_one_process(tiny, tmp_path, monkeypatch):
     """The Evaluate tab's vLLM job: one pipelines.eval for all checkpoints (one engine start, one --out each). On
     this CPU machine that one process refuses with vLLM's reason, once, and every checkpoint reads failed."""
