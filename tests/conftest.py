@@ -1,10 +1,24 @@
-"""Shared fixtures. Tests run offline, single-threaded (2 shared cores: more threads made steps 50-300x slower)."""
+"""Shared fixtures and the test tiers. Tests run offline, single-threaded (2 shared cores: more threads made steps
+50-300x slower).
+
+Tiers: a test that uses a fixture of TIERS is marked with that fixture's tier (its cost comes from what the fixture
+starts); a test with no tier is `fast`, the inner loop:
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q -m fast
+
+A fast test whose call takes longer than FAST_LIMIT_S fails, saying which tier to give it.
+"""
 
 from __future__ import annotations
 
+import importlib._bootstrap
 import os
+import resource
 import socket
+import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -19,6 +33,90 @@ import pytest  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
+
+# --- tiers ---------------------------------------------------------------------------------------------------------
+
+# Fixture -> the tier of every test that uses it, directly or through another fixture. Add a fixture here when it
+# starts something that costs seconds (an app, a browser, a training run, a conversion, a wheel build).
+TIERS = {
+    "app_url": "app",  # the real app in this process: gradio's import and launch
+    "custom_reward_app_url": "app",  # `python app.py` in a child process
+    "browser": "browser",  # headless chromium (every page fixture uses it)
+    "trainer": "slow",  # the training CLI in a child process
+    "exported_lora_run": "slow",  # tests/test_export.py: a LoRA trained, converted and quantized by llama.cpp
+    "exported_format_run": "slow",
+    "written": "slow",  # tests/test_scale_out.py: what `python -m pipelines.scale_out` wrote
+}
+TIER_NAMES = ("slow", "browser", "app")
+# A fast test's call may take this long, in wall time and in the CPU time of the thread that runs it, first imports
+# of a library not counted (the first test of a selection to import torch pays for every later one). On a machine
+# busier than its cores the wall-time limit grows with the load, so other work does not fail a test while the CPU-time
+# limit still holds. (Children's CPU is not counted: a job an earlier test left running is reaped, and its CPU
+# charged to the process, whenever it ends.) GRPO_PLAYGROUND_FAST_TEST_S moves both limits, 0 turns the check off.
+FAST_LIMIT_S = float(os.environ.get("GRPO_PLAYGROUND_FAST_TEST_S", "5"))
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by these marks
+def pytest_collection_modifyitems(items):
+    for item in items:
+        for tier in sorted({TIERS[name] for name in item.fixturenames if name in TIERS}):
+            item.add_marker(tier)
+        if not any(item.get_closest_marker(tier) for tier in TIER_NAMES):
+            item.add_marker("fast")
+
+
+class FirstImports:
+    """Seconds this thread spends importing modules not imported before. importlib's _find_and_load runs only for
+    those (the import statement and importlib.import_module both look it up on the module at each call)."""
+
+    def __init__(self):
+        self.seconds, self._depth, self._thread = 0.0, 0, threading.get_ident()
+
+    def __enter__(self):
+        self._original = original = importlib._bootstrap._find_and_load
+
+        def timed(name, import_):
+            if self._depth or threading.get_ident() != self._thread:  # the outermost import holds the inner ones
+                return original(name, import_)
+            self._depth, start = 1, time.perf_counter()
+            try:
+                return original(name, import_)
+            finally:
+                self._depth, self.seconds = 0, self.seconds + time.perf_counter() - start
+
+        importlib._bootstrap._find_and_load = timed
+        return self
+
+    def __exit__(self, *exc):
+        importlib._bootstrap._find_and_load = self._original
+
+
+def wall_limit_s() -> float:
+    return FAST_LIMIT_S * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+
+
+def cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_THREAD)
+    return usage.ru_utime + usage.ru_stime
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    if not FAST_LIMIT_S or not item.get_closest_marker("fast"):
+        return (yield)
+    wall, cpu = time.perf_counter(), cpu_s()
+    with FirstImports() as imports:
+        result = yield
+    wall, cpu = time.perf_counter() - wall - imports.seconds, max(0.0, cpu_s() - cpu - imports.seconds)
+    if wall > wall_limit_s() or cpu > FAST_LIMIT_S:
+        pytest.fail(f"{item.nodeid} took {wall:.1f} s, {cpu:.1f} s of CPU (first imports not counted: "
+                    f"{imports.seconds:.1f} s), over the fast tier's {FAST_LIMIT_S:g} s (wall time: "
+                    f"{wall_limit_s():.1f} s at this load). Give it its cost: use the fixture that starts what it "
+                    f"waits for ({', '.join(sorted(TIERS))}) or, if it trains, converts or waits on a child process, "
+                    "mark it @pytest.mark.slow; or make it faster. GRPO_PLAYGROUND_FAST_TEST_S=SECONDS moves the "
+                    "limit.",
+                    pytrace=False)
+    return result
 
 
 def free_port() -> int:
@@ -48,3 +146,17 @@ def kill_leftover_jobs() -> None:
     for info in list_runs():
         if info.state in ACTIVE_STATES and info.job.get("pid"):
             kill_group(info.job["pid"])
+
+
+@pytest.fixture
+def trainer():
+    """trainer(*ARGS) runs `python -m pipelines.train ARGS` as the app does, in a child process, and returns it
+    finished (text stdout and stderr). Each child pays ~7 s for TRL's import before its first step."""
+    from grpo_playground.child_process import python_child_env
+
+    def train(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        env = python_child_env(OMP_NUM_THREADS="1", SWANLAB_MODE="disabled")
+        return subprocess.run([sys.executable, "-m", "pipelines.train", *args], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=timeout)
+
+    return train

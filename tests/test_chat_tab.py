@@ -204,6 +204,7 @@ def test_a_runs_checkpoint_is_shown_and_scored_with_its_own_tags_and_weights(tmp
     assert checkpoint_settings(ChatTarget(LLAMA_CPP, str(gguf_path(MODELS["smollm2-135m"]))))[0].solution_start == "<SOLUTION>"
 
 
+@pytest.mark.slow  # two llama.cpp chat servers
 def test_side_by_side_replies_stream_at_the_same_time(tmp_path, monkeypatch):
     """Two checkpoints are asked concurrently, each its own llama.cpp server: both requests are in flight at once
     (the first-hour report saw one model answer after the other). Measured on the requests, not on the tokens:
@@ -252,6 +253,7 @@ def test_emptied_number_boxes_are_refused_with_a_reason():
             next(chat_tab.chat("Hi", "", SMOLLM2_KEY, "", "", temperature, 0.95, max_tokens, "", [], "", None))
 
 
+@pytest.mark.slow  # a llama.cpp chat server, 10 turns
 def test_a_long_chat_keeps_its_panes_as_short_as_the_history_sent():
     """Every update re-sends the panes: they keep the turns the model is sent (MAX_HISTORY_MESSAGES) and the new
     one, so a visitor chatting on cannot grow a session's state and each update without end."""
@@ -269,6 +271,7 @@ def test_a_long_chat_keeps_its_panes_as_short_as_the_history_sent():
         POOL.stop_all()
 
 
+@pytest.mark.slow  # a llama.cpp chat server
 def test_a_cancelled_chat_closes_its_stream_instead_of_generating_on_for_nobody(monkeypatch):
     """Clear (or a closed page) cancels the request's generator: its worker closes the server's stream at the next
     piece, so the server stops generating, instead of reading the whole reply for no pane."""
@@ -304,6 +307,7 @@ def test_a_cancelled_chat_closes_its_stream_instead_of_generating_on_for_nobody(
         POOL.stop_all()
 
 
+@pytest.mark.slow  # llama.cpp chat servers
 def test_a_visitor_chats_only_with_running_servers_and_the_owners_default(tmp_path, monkeypatch):
     """Issue 25 item 6: with an owner token set, 8 questions of a visitor rotating over 4 GGUFs started 8 llama.cpp
     servers (from the 4th on each stopping one and loading another). Now only the owner starts, switches or evicts;
@@ -364,6 +368,7 @@ def test_a_visitor_chats_only_with_running_servers_and_the_owners_default(tmp_pa
         pool.stop_all()
 
 
+@pytest.mark.slow  # a llama.cpp chat server
 def test_the_owners_default_starts_with_the_app_and_a_visitor_is_answered_by_it(monkeypatch):
     """On a restarted Space the default checkpoint's server starts as the app builds its Chat tab, so the first
     question finds it up (issue 23 item 2: Send to first token on a restart)."""

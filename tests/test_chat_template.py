@@ -93,6 +93,7 @@ def test_tokenizer_without_template_is_a_clear_error(qwen3, example):
         render_prompt(Bare(), example["prompt"])
 
 
+@pytest.mark.slow  # the data CLI loads a model in a child
 def test_data_cli_reports_the_models_prompt():
     import subprocess
     import sys

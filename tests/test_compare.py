@@ -111,6 +111,7 @@ def test_the_committed_result_renders_as_chart_and_tables():
     assert levels.loc["1", "prompts"] == 305 and levels.loc["2", "sft_w+fresh_sft"] == 25.8
 
 
+@pytest.mark.slow  # a comparison's training child
 def test_a_comparison_waits_for_the_training_slot_and_stop_ends_its_whole_group(runs):
     """It takes the lock a training run takes (so neither starves the other of the CPU/GPU), and Stop ends the
     chain and the training child it started."""
@@ -257,6 +258,7 @@ def finished_files(work: Path) -> dict[Path, bytes]:
     return {path: path.read_bytes() for path in files if path.is_file()}
 
 
+@pytest.mark.slow  # a comparison job trains its arms
 def test_a_stopped_comparison_resumes_without_redoing_the_steps_it_finished(runs):
     """Stop once sft-W is done, then Resume comparison: it runs again in its own folder, every step finished before
     is left as it was (not trained again), and the interrupted arm starts over."""

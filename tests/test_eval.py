@@ -104,6 +104,7 @@ def adapter_run(tiny, tmp_path_factory) -> Path:
     return run
 
 
+@pytest.mark.slow  # the eval CLI in a child
 def test_cli_prints_json_last_and_tiny_has_no_format_before_sft(tiny, tmp_path):
     out = tmp_path / "tiny.json"
     command = [sys.executable, "-m", "pipelines.eval", "--model", tiny, "--data", EVAL_ARGS["data"], "--n", "12",
@@ -121,10 +122,11 @@ def test_cli_prints_json_last_and_tiny_has_no_format_before_sft(tiny, tmp_path):
     assert saved["example_prompt"].endswith("<start_working_out>")
 
 
-def test_bad_arguments_fail_with_a_message(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "pipelines.eval", "--model", "no-such-model", "--n", "2"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert proc.returncode == 2 and "unknown model 'no-such-model'" in proc.stderr
+def test_bad_arguments_fail_with_a_message(capsys):
+    from grpo_playground.cli.eval import main  # in this process: a child would pay for the eval stack's import
+
+    assert main(["--model", "no-such-model", "--n", "2"]) == 2
+    assert "unknown model 'no-such-model'" in capsys.readouterr().err
 
 
 def test_reproducible_and_checkpoints_differ(tiny, adapter_run):
@@ -146,6 +148,7 @@ def test_reproducible_and_checkpoints_differ(tiny, adapter_run):
     assert [c["text"] for c in other["completions"]] != [c["text"] for c in first["completions"]]
 
 
+@pytest.mark.slow  # an evaluation job's children
 def test_eval_panel_runs_a_background_job_and_compares(tiny, adapter_run, monkeypatch):
     """The panel starts one child process for all checkpoints and returns at once; its state comes back from disk
     (so a closed browser loses nothing), and the table and chart list every saved result, rates in percent."""
@@ -184,27 +187,29 @@ def test_eval_panel_runs_a_background_job_and_compares(tiny, adapter_run, monkey
 def test_a_stopped_evaluation_job_ends_its_whole_chain(tiny, tmp_path, monkeypatch):
     """Stop ends the running child and the checkpoints still waiting (one process group), and says so."""
     monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
+    from grpo_playground.cli.args import EvalArgs
     from grpo_playground.jobs.evals import eval_job_state, start_eval_job, stop_eval_job
     from grpo_playground.run_layout import read_json
 
     def evaluating() -> list[int]:
-        """Processes evaluating into this test's folder (found by their command line, whatever their group)."""
+        """Evaluations writing into this test's folder (found by their command line, whatever their group)."""
         found = []
         for entry in Path("/proc").iterdir():
             try:
-                if entry.name.isdigit() and b"pipelines.eval" in (entry / "cmdline").read_bytes() \
-                        and str(tmp_path).encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
+                cmdline = (entry / "cmdline").read_bytes() if entry.name.isdigit() else b""
             except OSError:
-                pass  # ended meanwhile
+                continue  # ended meanwhile
+            if EvalArgs.MODULE.encode() in cmdline and str(tmp_path).encode() in cmdline:
+                found.append(int(entry.name))
         return found
 
     start_eval_job(["tiny", "tiny"], "generator:test", 2000, 4, 256)
     pid = read_json(tmp_path / "evals" / "eval_job.json")["pid"]
     assert [i["state"] for i in eval_job_state()["items"]] == ["running", "pending"]
     deadline = time.monotonic() + 60
-    while len(evaluating()) < 3 and time.monotonic() < deadline:  # sh, timeout, the evaluation itself
+    while not evaluating() and time.monotonic() < deadline:  # the supervisor's child, the evaluation itself
         time.sleep(0.2)
+    assert evaluating(), "the first checkpoint's evaluation never started"
     assert stop_eval_job().startswith(f"Stopped the evaluation (pid {pid})")
     deadline = time.monotonic() + 30
     while eval_job_state()["state"] == "running" and time.monotonic() < deadline:
@@ -245,6 +250,7 @@ def test_saved_results_are_parsed_once_per_change_not_at_every_tick(tmp_path, mo
     assert reads[3:] == [files[0].name]
 
 
+@pytest.mark.slow  # a fresh interpreter imports the panel (gradio)
 def test_panel_module_does_not_import_torch():
     code = ("import sys\nimport grpo_playground.ui.eval_panel\n"
             "bad = [m for m in ('torch', 'transformers', 'datasets', 'peft', 'trl') if m in sys.modules]\nassert not bad, bad\n")
@@ -274,6 +280,7 @@ def test_backends_stop_at_the_templates_end_of_turn(tiny):
     assert tokenizer.convert_tokens_to_ids("<|im_end|>") in end_of_turn_ids(tokenizer)
 
 
+@pytest.mark.slow  # the eval CLI in children
 def test_eval_speed_times_each_backend_through_the_eval_cli(tiny, tmp_path):
     """benchmarks.eval_speed's plumbing on CPU: a real transformers eval is timed; vLLM (no GPU here) fails with
     its reason kept in the log; a backend past its time limit is stopped and reported."""
@@ -296,6 +303,7 @@ def test_eval_speed_times_each_backend_through_the_eval_cli(tiny, tmp_path):
     assert stopped["error"] == "timed out" and stopped["exit_code"] is None
 
 
+@pytest.mark.slow  # the eval CLI in a child
 def test_the_eval_cli_evaluates_several_checkpoints_in_one_process(tiny, adapter_run, tmp_path):
     """Repeated --model / --out: each checkpoint written to its own file (how the Evaluate tab's vLLM job shares
     one engine start across base, SFT and GRPO); a count mismatch is refused before anything loads."""
@@ -313,6 +321,7 @@ def test_the_eval_cli_evaluates_several_checkpoints_in_one_process(tiny, adapter
     assert bad.returncode == 2 and "give one --out per --model" in bad.stderr
 
 
+@pytest.mark.slow  # an evaluation job's child
 def test_a_vllm_evaluation_job_runs_every_checkpoint_in_one_process(tiny, tmp_path, monkeypatch):
     """The Evaluate tab's vLLM job: one pipelines.eval for all checkpoints (one engine start, one --out each). On
     this CPU machine that one process refuses with vLLM's reason, once, and every checkpoint reads failed."""

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 # What ran on the H200 (results/gpu/, docs/deploy.md): the GPU set must pin exactly these.
 PROVEN_ON_H200 = {"torch": "2.11.0", "transformers": "5.17.0", "trl": "1.14.2", "peft": "0.21.0",
@@ -83,6 +85,7 @@ def test_deploy_doc_names_the_proven_set():
     assert table.get("python") == IMAGE_PYTHON and table.get("cuda", "").startswith("13.0")
 
 
+@pytest.mark.slow  # uv resolves the GPU set in a child
 def test_gpu_set_resolves_for_the_images_python_and_platform(tmp_path):
     """uv resolves the whole GPU set against PyPI for Python 3.12 on manylinux x86-64 (pip cannot do this across
     platforms with sdist-only packages such as llama-cpp-python and pwinput). No GPU and no download of wheels."""
@@ -101,6 +104,7 @@ def test_gpu_set_resolves_for_the_images_python_and_platform(tmp_path):
     assert resolved.get("nvidia-cuda-runtime", "").startswith("13.0."), resolved.get("nvidia-cuda-runtime")
 
 
+@pytest.mark.slow  # uv resolves in a child
 def test_a_conflicting_gpu_set_fails_to_resolve(tmp_path):
     """The resolution check can fail: the old layout (CPU torch 2.13.0 under vLLM 0.22.0) does not resolve."""
     bad = tmp_path / "bad.txt"

@@ -189,6 +189,7 @@ def make_sft_run(runs: Path) -> Path:
     return run
 
 
+@pytest.mark.slow  # pipelines.scale_out in a child
 def test_a_run_starts_verl_from_its_sft_adapter(tmp_path):
     run = make_sft_run(tmp_path / "runs")
     out = tmp_path / "out"
@@ -208,6 +209,7 @@ def test_a_run_starts_verl_from_its_sft_adapter(tmp_path):
     assert "grpo-playground export --run" in proc.stdout  # OpenRLHF needs the merged SFT model: it says how
 
 
+@pytest.mark.slow  # a scale-out job's child
 def test_the_training_tab_writes_a_finished_run_as_a_job_to_download(tmp_path, monkeypatch):
     """Owner only, a background job like an export; the run view then offers the zip, and says why one failed."""
     import time

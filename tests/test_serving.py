@@ -42,6 +42,7 @@ def smollm2_gguf():
     return str(gguf_path(MODELS["smollm2-135m"]))
 
 
+@pytest.mark.slow  # a llama.cpp chat server
 def test_llamacpp_server_streams_then_stops(smollm2_gguf):
     server = llamacpp_server(smollm2_gguf).start()
     try:
@@ -54,6 +55,7 @@ def test_llamacpp_server_streams_then_stops(smollm2_gguf):
     assert server.state() == "stopped" and not server.healthy()
 
 
+@pytest.mark.slow  # llama.cpp chat servers
 def test_a_crashed_server_is_reported_and_restarted(smollm2_gguf):
     pool = ServerPool(max_servers=1)
     target = ChatTarget(LLAMA_CPP, smollm2_gguf, None, "smollm2")
@@ -251,6 +253,7 @@ def test_eval_backend_refuses_a_non_gguf_model_clearly(tmp_path):
         LlamaCppBackend(str(tmp_path))
 
 
+@pytest.mark.slow  # the smoke CLI and its chat server
 def test_chat_smoke_cli_proves_a_backend(smollm2_gguf):
     def run(*args):
         return subprocess.run([sys.executable, "-m", "pipelines.chat_smoke", *args], capture_output=True, text=True,

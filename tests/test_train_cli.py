@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from grpo_playground.cli.train import main
 from grpo_playground.config import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,11 +33,12 @@ SMALL = [
 PAUSING = [o for o in SMALL if not o.startswith("grpo.on_preflight_error")]  # the recipe's default: pause
 
 
+def arguments(*args: str, overrides=SMALL, recipe: Path = RECIPE) -> list[str]:
+    return ["--config", str(recipe), *args, *(part for item in overrides for part in ("--set", item))]
+
+
 def cli(*args: str, overrides=SMALL) -> list[str]:
-    command = [sys.executable, "-m", "pipelines.train", "--config", str(RECIPE), *args]
-    for item in overrides:
-        command += ["--set", item]
-    return command
+    return [sys.executable, "-m", "pipelines.train", *arguments(*args, overrides=overrides)]
 
 
 def env() -> dict:
@@ -123,20 +125,19 @@ def test_sft_then_grpo_stop_and_resume(tmp_path):
     assert any(not (sft[k] == grpo[k]).all() for k in b_keys)
 
 
-def test_bad_recipe_value_exits_2_with_the_field():
-    out = subprocess.run(cli(overrides=["grpo.loss_type=ppo"]), cwd=ROOT, env=env(), capture_output=True, text=True)
-    assert out.returncode == 2 and "grpo.loss_type" in out.stderr and "dr_grpo" in out.stderr
+def test_bad_recipe_value_exits_2_with_the_field(capsys):
+    assert main(arguments(overrides=["grpo.loss_type=ppo"])) == 2  # in this process: refused before torch loads
+    err = capsys.readouterr().err
+    assert "grpo.loss_type" in err and "dr_grpo" in err
 
 
-def test_resume_needs_a_run_dir():
-    out = subprocess.run(cli("--resume"), cwd=ROOT, env=env(), capture_output=True, text=True)
-    assert out.returncode == 2 and "--run-dir" in out.stderr
+def test_resume_needs_a_run_dir(capsys):
+    assert main(arguments("--resume")) == 2 and "--run-dir" in capsys.readouterr().err
 
 
-def test_crash_marks_the_run_failed_with_a_reason(tmp_path):
-    out = subprocess.run(cli("--runs-dir", str(tmp_path), "--stage", "grpo",
-                             overrides=[*SMALL, "data.grpo_source=gsm8k:/nonexistent/test.jsonl"]),
-                         cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
+def test_crash_marks_the_run_failed_with_a_reason(tmp_path, trainer):
+    out = trainer(*arguments("--runs-dir", str(tmp_path), "--stage", "grpo",
+                             overrides=[*SMALL, "data.grpo_source=gsm8k:/nonexistent/test.jsonl"]), timeout=300)
     assert out.returncode == 1
     run_dir = Path(out.stdout.strip().splitlines()[-1])
     status = json.loads((run_dir / "status.json").read_text())
@@ -158,10 +159,9 @@ def test_the_recipes_grpo_knobs_reach_trls_config(tmp_path):
     assert args.reward_weights == [1.0, 2.0, 1.0] and args.use_vllm is False  # no Unsloth engine on this machine
 
 
-def test_num_iterations_trains_each_rollout_again(tmp_path):
-    out = subprocess.run(cli("--run-dir", str(tmp_path / "run"), "--stage", "grpo",
-                             overrides=[*SMALL, "sft.enabled=false", "grpo.num_iterations=2"]),
-                         cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
+def test_num_iterations_trains_each_rollout_again(tmp_path, trainer):
+    out = trainer(*arguments("--run-dir", str(tmp_path / "run"), "--stage", "grpo",
+                             overrides=[*SMALL, "sft.enabled=false", "grpo.num_iterations=2"]), timeout=300)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     grpo = [r for r in rows(tmp_path / "run" / "metrics.jsonl") if r["stage"] == "grpo"]
     # A rollout every other step (its reward logged), the steps between train on it again (loss side only).
@@ -170,22 +170,20 @@ def test_num_iterations_trains_each_rollout_again(tmp_path):
     assert all("loss" in r for r in grpo)
 
 
-@pytest.mark.slow
-def test_a_preflight_error_pauses_before_grpo_and_resume_runs_it_anyway(tmp_path):
+def test_a_preflight_error_pauses_before_grpo_and_resume_runs_it_anyway(tmp_path, trainer):
     """GRPO on the base model (it never writes the tags): the pre-flight says ERROR, and by default the job stops
     before spending a single zero-gradient step, saying why and what to do; --resume is the answer 'run it anyway'."""
     run_dir = tmp_path / "run"
-    out = subprocess.run(cli("--run-dir", str(run_dir), "--stage", "grpo", overrides=[*PAUSING, "sft.enabled=false"]),
-                         cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
+    pausing = [*PAUSING, "sft.enabled=false"]
+    out = trainer(*arguments("--run-dir", str(run_dir), "--stage", "grpo", overrides=pausing), timeout=300)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "stopped" and status["reason"].startswith("Paused before GRPO"), status
     assert "run SFT first" in status["reason"] and "--resume" in status["reason"]
     assert json.loads((run_dir / "preflight.json").read_text())["level"] == "error"
     assert not [r for r in rows(run_dir / "metrics.jsonl") if r["stage"] == "grpo"]  # no step spent
-    out = subprocess.run(cli("--run-dir", str(run_dir), "--stage", "grpo", "--resume",
-                             overrides=[*PAUSING, "sft.enabled=false"]),
-                         cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
+    out = trainer(*arguments("--run-dir", str(run_dir), "--stage", "grpo", "--resume", overrides=pausing),
+                  timeout=300)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"
     assert [r["step"] for r in rows(run_dir / "metrics.jsonl") if r["stage"] == "grpo" and "reward" in r] == [1, 2, 3, 4]
@@ -231,15 +229,11 @@ NEW_TAGS = ["rewards.tags={reasoning_start: '<think_zq>', reasoning_end: '</thin
             "solution_end: '</answer_zq>'}"]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("recipe,extra", [("smollm2.yaml", []), ("tiny-cpu.yaml", NEW_TAGS)], ids=["smollm2", "tiny"])
-def test_sft_and_grpo_train_with_registered_tags(tmp_path, recipe, extra):
+def test_sft_and_grpo_train_with_registered_tags(tmp_path, trainer, recipe, extra):
     run_dir = tmp_path / "run"
-    command = [sys.executable, "-m", "pipelines.train", "--config", str(ROOT / "recipes" / recipe), "--run-dir",
-               str(run_dir)]
-    for item in TWO_STEPS + extra:
-        command += ["--set", item]
-    out = subprocess.run(command, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=900)
+    out = trainer(*arguments("--run-dir", str(run_dir), overrides=TWO_STEPS + extra, recipe=ROOT / "recipes" / recipe),
+                  timeout=900)
     log = out.stdout + out.stderr  # the job logs to its stdout (its supervisor points it at log.txt)
     assert out.returncode == 0, log[-3000:]
     assert json.loads((run_dir / "status.json").read_text())["state"] == "finished", log[-3000:]
@@ -255,7 +249,7 @@ def test_sft_and_grpo_train_with_registered_tags(tmp_path, recipe, extra):
     assert grpo["timing/rollout_s"] > 0 and grpo["timing/rewards_s"] > 0 and grpo["rollout/tokens"] > 0
 
 
-def test_the_job_reads_the_recipe_the_app_saved_and_does_not_write_it_again(tmp_path):
+def test_the_job_reads_the_recipe_the_app_saved_and_does_not_write_it_again(tmp_path, trainer):
     """The app saves a run's recipe once (jobs.control.create_run) and runs `--config RUN/recipe.yaml`: the job
     reads it and leaves the file as it is (a rewrite would drop this comment)."""
     from grpo_playground.run_layout import RECIPE_FILE, read_status
@@ -265,9 +259,7 @@ def test_the_job_reads_the_recipe_the_app_saved_and_does_not_write_it_again(tmp_
     recipe = run_dir / RECIPE_FILE
     recipe.write_text("# saved once by the app\n" + RECIPE.read_text())
     before = recipe.read_text()
-    command = [sys.executable, "-m", "pipelines.train", "--config", str(recipe), "--run-dir", str(run_dir),
-               "--stage", "preflight"]
-    done = subprocess.run(command, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
+    done = trainer("--config", str(recipe), "--run-dir", str(run_dir), "--stage", "preflight", timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert read_status(run_dir)["state"] == "finished"
     assert recipe.read_text() == before

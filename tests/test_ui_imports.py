@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ["torch", "transformers", "trl", "peft", "datasets", "unsloth", "vllm"]
 # The issue's "app start to ready in under 5 s". Gradio's own import (2-12 s on 2 shared cores) is not
@@ -33,6 +35,7 @@ print(json.dumps({{"seconds": seconds, "heavy": heavy, "child_side": child_side,
 """
 
 
+@pytest.mark.slow  # a fresh interpreter imports the app
 def test_import_app_builds_the_demo_without_heavy_libraries_and_fast():
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
     proc = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True, text=True,

@@ -32,6 +32,7 @@ def qwen_base(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.slow  # the proof's children
 @pytest.mark.skipif(nvidia_gpu_present(), reason="this machine has a GPU: the proof would really run")
 def test_the_proof_makes_its_adapters_and_reports_why_vllm_cannot_run_here(qwen_base, tmp_path):
     out = tmp_path / "gpu" / "vllm_chat.json"
@@ -92,6 +93,7 @@ def test_the_start_is_split_from_vllms_own_log():
     assert timings["jit_during_warm_up"] == [] and "_topk_topp_kernel" in timings["jit_after_ready"]
 
 
+@pytest.mark.slow  # a llama.cpp chat server
 def test_the_proofs_chat_measurements_on_a_real_streaming_server():
     """The proof's client side (streamed chats through serving.client, first-token latency, tokens/s, chats at
     once from threads) against a real OpenAI-compatible server: llama.cpp on the packaged SmolLM2 GGUF."""

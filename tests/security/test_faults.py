@@ -146,6 +146,7 @@ launch(demo, quiet=True)
 """
 
 
+@pytest.mark.slow  # the app and its chat servers as children
 def test_sigterm_to_the_app_stops_its_chat_servers():
     # Before: SIGTERM ended the app without atexit: its llama.cpp server lived on (ppid 1, port held).
     from grpo_playground.child_process import free_port
