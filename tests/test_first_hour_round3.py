@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from conftest import free_port
 from grpo_playground import jobs
+from grpo_playground.child_process import free_port
 from grpo_playground.config import RunConfig
 from grpo_playground.eval import results as store
 from grpo_playground.models import MODELS
