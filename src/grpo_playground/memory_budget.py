@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from grpo_playground.run_layout import TRAINED_STAGES
 from grpo_playground.vllm_memory import engine_bytes, kv_cache_bytes, shape_from_config, weight_bytes
 
 GIB = 2**30
@@ -249,7 +250,7 @@ def smallest_change(cfg, shape_config: dict, stage: str, budget: int, backend: s
 
 
 def plan_memory(cfg, shape_config: dict, budget: int, backend: str = "unsloth", vllm: bool = True,
-                stages: tuple[str, ...] = ("sft", "grpo"), card: int | None = None) -> MemoryPlan:
+                stages: tuple[str, ...] = TRAINED_STAGES, card: int | None = None) -> MemoryPlan:
     """The plan of each enabled stage of `stages` within `budget` bytes of a `card` (its size when known: a recipe's
     fixed vLLM share is of the card); BudgetError when one cannot fit."""
     enabled = [st for st in stages if getattr(cfg, st).enabled]

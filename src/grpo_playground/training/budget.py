@@ -13,13 +13,14 @@ from collections.abc import Callable
 
 from grpo_playground.config import RunConfig
 from grpo_playground.memory_budget import GIB, BudgetError, apply, gib, plan_memory
+from grpo_playground.run_layout import TRAINED_STAGES
 from grpo_playground.training.backend import choose_backend, cuda_available, vllm_rollouts
 
 
 def keep_budget(cfg: RunConfig, stages: list[str], log: Callable[[str], None]) -> RunConfig:
     """`cfg` as the job should run it within the budget; BudgetError (with the change that fits) when it cannot."""
     explicit = cfg.hardware.gpu_memory_gib is not None
-    trained = tuple(s for s in stages if s in ("sft", "grpo"))
+    trained = tuple(s for s in stages if s in TRAINED_STAGES)
     if not cuda_available() or not trained:
         if explicit and trained:
             log("memory: hardware.gpu_memory_gib applies on a CUDA GPU; none here, so nothing is capped")
