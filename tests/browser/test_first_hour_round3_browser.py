@@ -12,6 +12,7 @@ session shares one runs folder): its history row must stay in the table's first 
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -102,11 +103,19 @@ def test_early_grpo_charts_label_each_step_once(page):
     """GRPO's first two steps: vega's ticks were 1, 1.5, 2, printed "1 2 2"."""
     page.set_viewport_size(SCREEN)
     run_id = "20991230-120000-grpoaxis-0305"
-    write_run(run_id, {"state": "running", "stage": "grpo", "step": 2, "max_steps": 12}, grpo_steps=[1, 2])
-    pick(page, run_id)
-    expect(page.locator("#training-plot-0")).to_contain_text("Reward")
-    ticks = x_ticks(page, 0)
-    assert ticks == [1, 2], ticks
+    # A live job that ends with the test: a "running" run with no pid stays active for a minute (reconcile's grace
+    # for a queued run), and the next test's page load then opened its live screen over the screen it had clicked.
+    job = subprocess.Popen(["sleep", "120"])
+    try:
+        write_run(run_id, {"state": "running", "stage": "grpo", "step": 2, "max_steps": 12, "pid": job.pid},
+                  grpo_steps=[1, 2])
+        pick(page, run_id)
+        expect(page.locator("#training-plot-0")).to_contain_text("Reward")
+        ticks = x_ticks(page, 0)
+        assert ticks == [1, 2], ticks
+    finally:
+        job.kill()
+        job.wait()
 
 
 def test_a_fraction_answer_against_a_decimal_gold_says_why_it_scored_low(page):
