@@ -57,7 +57,10 @@ def test_a_hub_model_this_machine_cannot_reach_is_refused_before_start(page):
     9 s later with a raw RuntimeError."""
     open_section(page, "model")
     box = page.locator("#cfg-model-name_or_path input, #cfg-model-name_or_path textarea").first
+    # the page's load writes the quick recipe into the form: typing before it lands was overwritten under load
+    expect(box).to_have_value("tiny")
     box.fill("Qwen/Qwen2.5-0.5B-Instruct")
+    expect(box).to_have_value("Qwen/Qwen2.5-0.5B-Instruct")
     box.press("Enter")
     message = page.locator("#training-form-msg")
     expect(message).to_contain_text("cannot be reached from here")
