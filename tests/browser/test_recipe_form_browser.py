@@ -48,7 +48,7 @@ def test_every_problem_is_listed_in_plain_words(page):
         box.blur()
     message = page.locator("#training-form-msg")
     expect(message).to_contain_text("Fix before starting (2 problems)")
-    expect(message).to_contain_text("grpo.max_steps=0: must be at least 1")  # a bound said in words, not "1 .. "
+    expect(message).to_contain_text("grpo.max_steps=0: must be between 1 and 1000000")  # a bound said in words, not "1 .. "
     expect(message).to_contain_text("grpo.learning_rate=5.0: must be between 1e-09 and 0.01")
     assert "*" not in message.inner_text() and " .. " not in message.inner_text()
 

@@ -97,6 +97,9 @@ def data_file(name: str, target: str) -> Path:
     return path
 
 
+PILOT_PROBLEMS = 30  # the panel's pilot slice for the tuned control
+
+
 @dataclass(frozen=True)
 class ComparisonPlan:
     """What the app lets a user choose, each bounded (an owner's typo must not start a day-long job)."""
@@ -104,7 +107,6 @@ class ComparisonPlan:
     n_worked: int = 100  # W: worked solutions (the CLI's default is 200)
     n_answers: int = 1000  # A: answer-only problems (CLI: 4000)
     n_eval: int = 200  # held-out prompts every arm is scored on (CLI: 600)
-    n_pilot: int = 30  # problems of A's source held out to pick the tuned control's checkpoint on (never held-out ones)
     levels: str = "1-2"  # generator levels of every set ("" = all); `tiny` learns little above level 2
     round_steps: int = 40  # SFT steps between two format checks
     max_rounds: int = 5  # the arms start from sft-W after at most this many rounds
@@ -113,7 +115,7 @@ class ComparisonPlan:
     eval_data: str = ""  # the held-out set: "" = the generator's test split, or gsm8k:PATH.jsonl (then the generated
     # held-out set is scored too, as a second column: the accuracy per source)
 
-    LIMITS = {"minutes": (0.05, 15), "n_worked": (1, 500), "n_answers": (1, 4000), "n_eval": (2, 600), "n_pilot": (0, 300),
+    LIMITS = {"minutes": (0.05, 15), "n_worked": (1, 500), "n_answers": (1, 4000), "n_eval": (2, 600),
               "round_steps": (1, 200), "max_rounds": (1, 10), "format_target": (0, 1)}
 
     def __post_init__(self):
@@ -126,8 +128,15 @@ class ComparisonPlan:
             raise ValueError(f"levels {self.levels!r}: write levels from {LEVELS[0]} to {LEVELS[-1]} such as 1-2 "
                              "or 1,3 (or leave it empty for all levels)")
         # frozen: the checked, resolved specs replace what was typed (a resume checks its stored plan again)
-        object.__setattr__(self, "answers", checked_source("answer-only problems (A)", self.answers, self.n_answers))
+        # A and the pilot slice come from the same source
+        object.__setattr__(self, "answers", checked_source("answer-only problems (A)", self.answers,
+                                                           self.n_answers + self.pilot()))
         object.__setattr__(self, "eval_data", checked_source("held-out set", self.eval_data, self.n_eval))
+
+    def pilot(self) -> int:
+        """Problems of A's source held out as the pilot slice the tuned control's checkpoint is picked on (never a
+        held-out one): PILOT_PROBLEMS, or a quarter of A when A is small."""
+        return min(PILOT_PROBLEMS, self.n_answers // 4)
 
     def sources(self) -> dict[str, str]:
         """Specs of W, A, the held-out set and, when that is a file, the generated held-out set ("eval_2")."""
@@ -156,7 +165,7 @@ def experiment_command(folder: Path, plan: ComparisonPlan) -> list[str]:
     second = {"eval_data_2": sources["eval_2"], "n_eval_2": plan.n_eval} if "eval_2" in sources else {}
     return CompareArgs(recipe=folder / RECIPE_FILE, worked=sources["worked"], answers=sources["answers"],
                        eval_data=sources["eval"], **second, n_worked=plan.n_worked, n_answers=plan.n_answers,
-                       n_eval=plan.n_eval, n_pilot=plan.n_pilot, minutes=plan.minutes, round_steps=plan.round_steps,
+                       n_eval=plan.n_eval, n_pilot=plan.pilot(), minutes=plan.minutes, round_steps=plan.round_steps,
                        max_rounds=plan.max_rounds, format_target=plan.format_target,
                        work=folder / COMPARISON_WORK, out=folder / COMPARISON_RESULT).command()
 
