@@ -489,7 +489,8 @@ def main(argv: list[str] | None = None) -> int:
         "control": {"learning_rate": control_lr, "schedule": "linear to 0", "planned_steps": control_steps},
         "control_tuned": tuned,
         "seconds": {"sft_w": sft["train_seconds"],
-                    **{arm: s["stage_seconds"]["grpo" if arm == "sft_w+grpo_a" else "sft"] for arm, s in statuses.items()},
+                    **{arm: s["stage_seconds"]["grpo" if arm == "sft_w+grpo_a" else "sft"]
+                       for arm, s in statuses.items()},
                     **({TUNED: statuses["sft_w+more_sft_w"]["stage_seconds"]["sft"]} if tuned else {})},
         "steps": {"sft_w": sft["steps"], **{arm: s["step"] for arm, s in statuses.items()},
                   **({TUNED: tuned["step"]} if tuned else {})},

@@ -1,4 +1,4 @@
-"""A GPU memory budget the run keeps: what each stage will hold, the leanest-but-fastest settings that fit, or a refusal.
+"""A GPU memory budget the run keeps: what each stage will hold, the fastest settings that fit, or a refusal.
 
     plan_memory(cfg, model_config, budget_bytes, backend="unsloth", vllm=True) -> MemoryPlan
 
