@@ -27,10 +27,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from grpo_playground.gpu_share import GIB, gib
 from grpo_playground.run_layout import TRAINED_STAGES
 from grpo_playground.vllm_memory import engine_bytes, kv_cache_bytes, shape_from_config, weight_bytes
 
-GIB = 2**30
 CUDA_CONTEXT_BYTES = 1 * GIB
 PROMPT_TOKENS = 256  # a math prompt with the system prompt (GSM8K ~100-200 tokens with the seed's system prompt)
 LOGPROB_CHUNK_TOKENS = 2048  # TRL's chunked log-probs (grpo_trainer's chunk size)
@@ -103,8 +103,9 @@ class MemoryPlan:
         return lines + list(self.notes)
 
 
-def gib(n: float) -> str:
-    return f"{n / GIB:.1f} GiB"
+def budget_bytes(cfg) -> int | None:
+    """hardware.gpu_memory_gib in bytes (None: no budget set)."""
+    return None if cfg.hardware.gpu_memory_gib is None else int(cfg.hardware.gpu_memory_gib * GIB)
 
 
 def lora_params(shape_config: dict, targets, r: int) -> int:
@@ -288,7 +289,7 @@ def budget_note(cfg) -> str:
 
     if cfg.hardware.gpu_memory_gib is None:
         return ""
-    budget = int(cfg.hardware.gpu_memory_gib * GIB)
+    budget = budget_bytes(cfg)
     shape = model_shape(cfg.model.name_or_path)
     if shape is None:
         return (f"\n\nThe memory budget ({gib(budget)}) is checked when the job starts on the GPU: "

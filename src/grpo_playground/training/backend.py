@@ -79,6 +79,7 @@ def vllm_memory_share(cfg: RunConfig, model_config: dict, weights_loaded: bool =
     the job's whole need is checked against what is free (gpu_share.GpuBusy names the chat servers to stop) and
     recorded, so a chat server started later leaves it room."""
     from grpo_playground.gpu_share import claim_for_training
+    from grpo_playground.memory_budget import budget_bytes
     from grpo_playground.vllm_memory import memory_share, shape_from_config
 
     rows, _ = cfg.grpo.generation_batch()
@@ -86,7 +87,7 @@ def vllm_memory_share(cfg: RunConfig, model_config: dict, weights_loaded: bool =
     return claim_for_training(cfg.model.gpu_memory_utilization, lambda total: memory_share(
         shape, rows, cfg.model.max_seq_length, total, cfg.model.load_in_4bit), shape, model_config["vocab_size"],
         rows, cfg.model.max_seq_length, weights_loaded, f"the GRPO job of run {cfg.name}",
-        None if cfg.hardware.gpu_memory_gib is None else int(cfg.hardware.gpu_memory_gib * 2**30))
+        budget_bytes(cfg))
 
 
 VLLM_TAGS_NOTE = ("format tags kept as ordinary text (data.register_tags ignored): vLLM rollouts sample from a copy "

@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable
 
 from grpo_playground.config import RunConfig
-from grpo_playground.memory_budget import GIB, BudgetError, apply, gib, plan_memory
+from grpo_playground.memory_budget import BudgetError, apply, budget_bytes, gib, plan_memory
 from grpo_playground.run_layout import TRAINED_STAGES
 from grpo_playground.training.backend import choose_backend, cuda_available, vllm_rollouts
 
@@ -30,7 +30,7 @@ def keep_budget(cfg: RunConfig, stages: list[str], log: Callable[[str], None]) -
     from grpo_playground.models.shapes import model_shape
 
     free, total = torch.cuda.mem_get_info()
-    budget = int(cfg.hardware.gpu_memory_gib * GIB) if explicit else free
+    budget = budget_bytes(cfg) if explicit else free
     if budget > total:
         raise BudgetError(f"hardware.gpu_memory_gib {cfg.hardware.gpu_memory_gib} is more than this card's "
                           f"{gib(total)}: lower it, or leave it empty for the card's free memory")

@@ -384,5 +384,6 @@ def final_reward(run_dir: Path) -> float | None:
         feed = RunFeed(Path(run_dir))
         feed.poll()
         rewards = [m[REWARD] for m in feed.metrics if m.get("stage") == "grpo" and _number(m.get(REWARD)) is not None]
-        cached = _final_rewards[path] = (key, sum(last_third(rewards)) / len(last_third(rewards)) if rewards else None)
+        tail = last_third(rewards)
+        cached = _final_rewards[path] = (key, sum(tail) / len(tail) if tail else None)
     return cached[1]
