@@ -81,12 +81,13 @@ cp -r "$ROOT"/.venv/share/grpo-playground/llama.cpp-* "$STAGE/app/llama.cpp-conv
 
 rm -rf "$PARTS"; mkdir -p "$PARTS"
 : > "$PARTS/MANIFEST"
-for b in base smollm2 vllm app; do
+# BUNDLES="base vllm" leaves the others out: a lease that runs only GRPO benchmarks needs two parts less
+for b in ${BUNDLES:-base smollm2 vllm app}; do
   tar -C "$STAGE/$b" -czf "$PARTS/$b.tgz" .
   echo "$b $(stat -c %s "$PARTS/$b.tgz") $(sha256sum "$PARTS/$b.tgz" | cut -c1-16)" >> "$PARTS/MANIFEST"
+  cat "$PARTS/$b.tgz" >> "$PARTS/all.bin"
 done
-cat "$PARTS"/base.tgz "$PARTS"/smollm2.tgz "$PARTS"/vllm.tgz "$PARTS"/app.tgz > "$PARTS/all.bin"
 rm "$PARTS"/*.tgz
 (cd "$PARTS" && split -b 48m -d -a 1 all.bin part. && rm all.bin)  # 48 MiB: the project (14 MiB) travels beside each
-n=0; for f in "$PARTS"/part.*; do n=$((n+1)); mkdir -p "$ROOT/.whlp$n"; rm -f "$ROOT/.whlp$n"/*; mv "$f" "$ROOT/.whlp$n/"; cp "$PARTS/MANIFEST" "$ROOT/.whlp$n/"; done
+rm -rf "$ROOT"/.whlp[0-9]*; n=0; for f in "$PARTS"/part.*; do n=$((n+1)); mkdir -p "$ROOT/.whlp$n"; rm -f "$ROOT/.whlp$n"/*; mv "$f" "$ROOT/.whlp$n/"; cp "$PARTS/MANIFEST" "$ROOT/.whlp$n/"; done
 cat "$PARTS/MANIFEST"; du -sh "$ROOT"/.whlp*
