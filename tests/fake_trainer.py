@@ -25,7 +25,13 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 if str(SRC) not in sys.path:  # run as a script by the job's supervisor
     sys.path.insert(0, str(SRC))
 
-from grpo_playground.contracts.layout import ADAPTER_CONFIG, DOCTOR_FILE, METRICS_FILE, SAMPLES_FILE  # noqa: E402
+from grpo_playground.contracts.layout import (  # noqa: E402
+    ADAPTER_CONFIG,
+    DOCTOR_FILE,
+    METRICS_FILE,
+    PREFLIGHT_FILE,
+    SAMPLES_FILE,
+)
 from grpo_playground.contracts.metrics import reward_mean_key  # noqa: E402
 from grpo_playground.step_timing import PHASES, phase_key  # noqa: E402
 
@@ -75,7 +81,7 @@ def run_preflight(cfg, policy: Policy, folder, sft_done: bool) -> dict:
     report = {"level": "ok", "why": "fake trainer: nothing sampled", "what_to_do": "", "format_rate": 0.5,
               "zero_variance_groups": 0, "groups_sampled": cfg.grpo.preflight_prompts, "sft_done": sft_done,
               "tag_tokens": [], "template": {}, "groups": [group] * cfg.grpo.preflight_prompts}
-    folder.write_json("preflight.json", report)
+    folder.write_json(PREFLIGHT_FILE, report)
     folder.log("pre-flight [ok]: fake trainer")
     return report
 

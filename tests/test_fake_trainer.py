@@ -17,7 +17,6 @@ import pytest
 import fake_trainer
 from grpo_playground.contracts.layout import (
     ADAPTER_CONFIG,
-    CHECKPOINTS_DIR,
     DOCTOR_FILE,
     METRICS_FILE,
     PREFLIGHT_FILE,
@@ -27,6 +26,8 @@ from grpo_playground.contracts.layout import (
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_READY = (ROOT / "assets" / "tiny" / "config.json").exists()
+pytestmark = [pytest.mark.slow,  # the real trainer, in this process: TRL's import and a few steps
+              pytest.mark.skipif(not TINY_READY, reason="assets/tiny is missing: python -m pipelines.build_tiny")]
 # the shipped tiny recipe, a few steps of each stage, a checkpoint every 2 SFT steps and every GRPO step
 OVERRIDES = ["tracking.swanlab=disabled", "data.n_sft=64", "data.n_grpo=16", "sft.max_steps=4", "sft.logging_steps=2",
              "sft.save_steps=2", "sft.per_device_batch_size=8", "grpo.max_steps=2", "grpo.logging_steps=1",
@@ -75,9 +76,6 @@ def runs(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("contract")
     return {kind: (root / kind, run_scenario(root / kind, fake=kind == "fake")) for kind in ("real", "fake")}
 
-
-pytestmark = [pytest.mark.slow,  # the real trainer, in this process: TRL's import and a few steps
-              pytest.mark.skipif(not TINY_READY, reason="assets/tiny is missing: python -m pipelines.build_tiny")]
 
 
 def transitions(writes: list[dict]) -> list[tuple]:
