@@ -2,8 +2,8 @@
 when the output is a file or a pipe (the app's log.txt, CI).
 
 `terminal_progress` gives a TrainerCallback drawing a tqdm bar per stage, only when stdout is a terminal, so log
-files never fill with carriage returns. `step_note` is the "42% · ETA 1m20s" that every logged
-line carries either way. While a bar is open, `say` prints a line above it instead of through it.
+files never fill with carriage returns. `step_note` is the "42% · ETA 1m20s" that every logged line carries either
+way. While a bar is open, `say` prints a line above it instead of through it.
 """
 
 from __future__ import annotations
