@@ -33,7 +33,7 @@ from grpo_playground.contracts.layout import (  # noqa: E402
     SAMPLES_FILE,
 )
 from grpo_playground.contracts.metrics import reward_mean_key  # noqa: E402
-from grpo_playground.step_timing import PHASES, phase_key  # noqa: E402
+from grpo_playground.step_timing import PHASES, STEP_KEY, phase_key  # noqa: E402
 
 TRAINER_STATE = "trainer_state.json"  # transformers' name, in each checkpoint folder
 STEP_S = 0.05  # a step's wall time: long enough for a test to see a running job, short enough to finish many
@@ -100,11 +100,11 @@ def stage_runner(stage: str):
         if last:
             folder.log(f"{stage}: resuming from {last.name}")
         reported = {(f["stage"], f["rule"]) for f in folder.read_jsonl(DOCTOR_FILE)}
-        started, stopped_by = time.time(), ""
+        started, stopped_by, step = time.time(), "", first
         folder.status(state="running", stage=stage, step=first, max_steps=max_steps)
         for step in range(first + 1, max_steps + 1):
             time.sleep(STEP_S)
-            timing = {phase_key(p): STEP_S / len(PHASES) for p in PHASES} | {"timing/step_s": STEP_S}
+            timing = {phase_key(p): STEP_S / len(PHASES) for p in PHASES} | {STEP_KEY: STEP_S}
             row = {"stage": stage, "step": step, "max_steps": max_steps, "time": time.time()}
             if step == 1 or step % settings.logging_steps == 0:  # logging_first_step, as the job sets it
                 row |= logged(cfg, stage, step, max_steps)
