@@ -160,3 +160,20 @@ def trainer():
                               text=True, timeout=timeout)
 
     return train
+
+
+@pytest.fixture
+def fake_trainer(monkeypatch):
+    """Training jobs that the app in this process starts or resumes run tests/fake_trainer.py (the real job with
+    the model's parts replaced: no torch, a step every 0.05 s, the same run folder; tests/test_fake_trainer.py
+    holds it to the real one) with the training CLI's own arguments. For tests of plumbing, never of learning."""
+    from grpo_playground.jobs import control
+
+    real_command = control.train_command
+
+    def fake_command(run_dir: Path, stage: str = "all", resume: bool = False) -> list[str]:
+        python, _, _, *args = real_command(run_dir, stage, resume)  # python -m MODULE ARGS
+        return [python, str(ROOT / "tests" / "fake_trainer.py"), *args]
+
+    monkeypatch.setattr(control, "train_command", fake_command)
+

@@ -329,9 +329,10 @@ def test_a_model_that_cannot_load_is_refused_at_start_with_the_reason(client):
     assert {r["run_id"] for r in client.predict(api_name="/runs")} == runs  # no run made, no job started
 
 
-@pytest.mark.slow
-@needs_tiny
-def test_start_grow_stop_resume_queue_restart(client, app_url):
+@pytest.mark.slow  # a second app in a child process
+def test_start_grow_stop_resume_queue_restart(client, app_url, fake_trainer):
+    """Plumbing: the queue, stop, resume and a restarted app re-attaching, with the fake trainer child (the real
+    one's stop and resume: tests/test_train_cli.py, tests/test_resume.py)."""
     # far more steps than the test waits for: the job must still be running when the second app looks
     recipe = tiny_recipe("sft.max_steps=100000", "sft.logging_steps=2", "sft.save_steps=100000",
                          "sft.per_device_batch_size=8")

@@ -1,17 +1,15 @@
 """How far a stage is, for whoever watches the job's output: a progress bar with ETA on a terminal, plain lines
 when the output is a file or a pipe (the app's log.txt, CI).
 
-`TerminalProgress` is a TrainerCallback drawing a tqdm bar per stage; it is attached only when stdout is a
-terminal, so log files never fill with carriage returns. `step_note` is the "42% · ETA 1m20s" that every logged
-line carries either way. While a bar is open, `say` prints a line above it instead of through it.
+`terminal_progress` gives a TrainerCallback drawing a tqdm bar per stage, only when stdout is a terminal, so log
+files never fill with carriage returns. `step_note` is the "42% · ETA 1m20s" that every logged line carries either
+way. While a bar is open, `say` prints a line above it instead of through it.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-
-from transformers import TrainerCallback
 
 from grpo_playground.step_timing import clock
 
@@ -53,30 +51,35 @@ def on_terminal(stream=None) -> bool:
     return hasattr(stream, "isatty") and stream.isatty()
 
 
-class TerminalProgress(TrainerCallback):
-    """One tqdm bar for a stage's steps, with its own ETA (tqdm's, from the pace of the steps)."""
-
-    def __init__(self, stage: str):
-        self.stage = stage
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        global _bar
-        from tqdm import tqdm
-
-        _bar = tqdm(total=state.max_steps, initial=state.global_step, desc=self.stage, unit="step",
-                    dynamic_ncols=True, file=sys.stdout)
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if _bar is not None:
-            _bar.update(state.global_step - _bar.n)
-
-    def on_train_end(self, args, state, control, **kwargs):
-        global _bar
-        if _bar is not None:
-            _bar.close()
-            _bar = None
-
-
-def terminal_progress(stage: str) -> list[TrainerCallback]:
+def terminal_progress(stage: str) -> list:
     """The bar's callback when stdout is a terminal, else none (the logged lines carry the progress)."""
-    return [TerminalProgress(stage)] if on_terminal() else []
+    if not on_terminal():
+        return []
+    # imported here: the job's bookkeeping (run_folder's `say`) runs without transformers, whose import takes
+    # seconds (tests' stand-in trainer, tests/fake_trainer.py, is a child that never loads a model)
+    from transformers import TrainerCallback
+
+    class TerminalProgress(TrainerCallback):
+        """One tqdm bar for a stage's steps, with its own ETA (tqdm's, from the pace of the steps)."""
+
+        def __init__(self, stage: str):
+            self.stage = stage
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            global _bar
+            from tqdm import tqdm
+
+            _bar = tqdm(total=state.max_steps, initial=state.global_step, desc=self.stage, unit="step",
+                        dynamic_ncols=True, file=sys.stdout)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if _bar is not None:
+                _bar.update(state.global_step - _bar.n)
+
+        def on_train_end(self, args, state, control, **kwargs):
+            global _bar
+            if _bar is not None:
+                _bar.close()
+                _bar = None
+
+    return [TerminalProgress(stage)]
