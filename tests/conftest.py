@@ -30,6 +30,8 @@ os.environ.setdefault("SWANLAB_MODE", "disabled")
 
 import pytest  # noqa: E402
 
+from shared_comparison import finished_comparison  # noqa: E402,F401  (a session fixture: registered here)
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
@@ -46,6 +48,7 @@ TIERS = {
     "exported_lora_run": "slow",  # tests/test_export.py: a LoRA trained, converted and quantized by llama.cpp
     "exported_format_run": "slow",
     "written": "slow",  # tests/test_scale_out.py: what `python -m pipelines.scale_out` wrote
+    "finished_comparison": "slow",  # tests/shared_comparison.py: a real tiny comparison, every arm trained
 }
 TIER_NAMES = ("slow", "browser", "app")
 # A fast test's call may take this long, in wall time and in the CPU time of the thread that runs it, first imports
@@ -176,4 +179,25 @@ def fake_trainer(monkeypatch):
         return [python, str(ROOT / "tests" / "fake_trainer.py"), *args]
 
     monkeypatch.setattr(control, "train_command", fake_command)
+
+
+@pytest.fixture
+def fake_experiment(monkeypatch):
+    """Comparisons that the app in this process starts or resumes run tests/fake_experiment.py (the real experiment
+    driver, its training by tests/fake_trainer.py, its scoring over fixed completions: seconds, not minutes;
+    tests/test_fake_experiment.py holds it to a real comparison) with the experiment's own arguments. The job's
+    record, and so the panel, still show the real command. For tests of plumbing, never of a result."""
+    from grpo_playground.cli.args import CompareArgs
+    from grpo_playground.jobs import comparisons
+
+    real_start = comparisons.start_job
+
+    def start_fake(path, kind, steps, *args, **kwargs):
+        for step in steps:
+            python, flag, module, *arguments = step["argv"]
+            assert (flag, module) == ("-m", CompareArgs.MODULE), step["argv"]
+            step["argv"] = [python, str(ROOT / "tests" / "fake_experiment.py"), *arguments]
+        return real_start(path, kind, steps, *args, **kwargs)
+
+    monkeypatch.setattr(comparisons, "start_job", start_fake)
 

@@ -14,22 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from grpo_playground.config import apply_overrides, load_recipe
-from grpo_playground.jobs import create_run
 from grpo_playground.jobs import comparisons as jobs
 from grpo_playground.run_layout import GPU_LOCK
 from grpo_playground.contracts.process import group_members
 from grpo_playground.run_layout import (COMPARISON_JOB, COMPARISON_RESULT, COMPARISON_WORK, COMPARISONS_DIR, RECIPE_FILE,
                                         STATUS_FILE, read_json)
 from grpo_playground.ui import compare_panel as panel
+from shared_comparison import TINY_PLAN, tiny_run, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
-# The shipped tiny-cpu recipe with small batches and short completions: every arm takes seconds (as in
-# tests/test_seed_regime.py's end-to-end run).
-TINY = ["name=compare-tiny", "sft.per_device_batch_size=4", "grpo.per_device_batch_size=8",
-        "grpo.max_completion_length=32"]
-# The panel's inputs (minutes, W, A, held-out, levels, steps per round, rounds, format target) for that run
-TINY_PLAN = (0.1, 16, 16, 8, "", 3, 1, 0.0)
 # GSM8K-shaped problems written for these tests (not GSM8K's text): 24 for A, 12 held out
 GSM8K_TRAIN = ROOT / "tests" / "fixtures" / "gsm8k_small_train.jsonl"
 GSM8K_TEST = ROOT / "tests" / "fixtures" / "gsm8k_small_test.jsonl"
@@ -39,17 +32,6 @@ GSM8K_TEST = ROOT / "tests" / "fixtures" / "gsm8k_small_test.jsonl"
 def runs(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
     return tmp_path
-
-
-def tiny_run() -> str:
-    return create_run(apply_overrides(load_recipe(ROOT / "recipes" / "tiny-cpu.yaml"), TINY)).name
-
-
-def wait_for(predicate, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while not predicate() and time.monotonic() < deadline:
-        time.sleep(0.5)
-    return predicate()
 
 
 @pytest.mark.parametrize("recipe, numbers, message", [
@@ -111,10 +93,10 @@ def test_the_committed_result_renders_as_chart_and_tables():
     assert levels.loc["1", "prompts"] == 305 and levels.loc["2", "sft_w+fresh_sft"] == 25.8
 
 
-@pytest.mark.slow  # a comparison's training child
-def test_a_comparison_waits_for_the_training_slot_and_stop_ends_its_whole_group(runs):
+@pytest.mark.slow  # a comparison's child and its training child
+def test_a_comparison_waits_for_the_training_slot_and_stop_ends_its_whole_group(runs, fake_experiment):
     """It takes the lock a training run takes (so neither starves the other of the CPU/GPU), and Stop ends the
-    chain and the training child it started."""
+    chain and the training child it started (the fake experiment's: plumbing, tests/fake_experiment.py)."""
     lock = os.open(runs / GPU_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(lock, fcntl.LOCK_EX)  # a training run holds the slot
     state = panel.start("recipe:tiny-cpu", 1, 16, 16, 8, "", 3, 1, 0.0, "")
@@ -134,16 +116,14 @@ def test_a_comparison_waits_for_the_training_slot_and_stop_ends_its_whole_group(
     assert jobs.stop_comparison(comparison) == f"Comparison {comparison} is not running."
 
 
-@pytest.mark.slow
-def test_a_comparison_runs_every_arm_in_the_background_and_the_panel_shows_it(runs):
-    """Start from a run's recipe (returns at once), follow it from disk, then the chart and the tables come
-    from the experiment's own result JSON; a new page (the load event) lists and shows it."""
-    run_id = tiny_run()
-    started = time.monotonic()
-    panel.run_start(f"run:{run_id}", *TINY_PLAN, "")
-    assert time.monotonic() - started < 10  # a job, not a request held open
-    comparison = jobs.list_comparisons()[0]
-    assert wait_for(lambda: jobs.comparison_state(comparison)["state"] not in ("waiting", "running"), 600)
+def test_a_comparison_runs_every_arm_in_the_background_and_the_panel_shows_it(runs, finished_comparison):
+    """Start from a run's recipe (returns at once), follow it from disk (the session's shared comparison: started
+    and followed that way in tests/shared_comparison.py), then the chart and the tables come from the experiment's
+    own result JSON; a new page (the load event) lists and shows it."""
+    assert finished_comparison.start_s < 10  # a job, not a request held open
+    finished_comparison.copy_into(runs)
+    run_id, comparison = finished_comparison.run_id, finished_comparison.id
+    assert jobs.list_comparisons() == [comparison]
     state = jobs.comparison_state(comparison)
     assert state["state"] == "finished", state["log"]
     assert set(state["steps"]) == set(state["order"]) and {s["state"] for s in state["steps"].values()} == {"done"}
@@ -223,10 +203,11 @@ def test_gsm8k_sources_reach_the_command_resolved_and_the_generated_held_out_set
     assert generated[generated.index("--eval-data") + 1] == "generator:test?levels=1-2"
 
 
-@pytest.mark.slow
-def test_a_gsm8k_sourced_comparison_runs_and_the_panel_shows_the_accuracy_per_source(runs):
+@pytest.mark.slow  # a comparison's child
+def test_a_gsm8k_sourced_comparison_runs_and_the_panel_shows_the_accuracy_per_source(runs, fake_experiment):
     """A from one GSM8K-format file, the held-out set from another, through the panel's start: every arm is scored
-    on the file's prompts and on generated ones, and the per-source table shows both."""
+    on the file's prompts and on generated ones, and the per-source table shows both. The fake experiment (the real
+    driver and eval CLI, no model: tests/fake_experiment.py) runs it: what is proven is where each source goes."""
     panel.run_start(f"run:{tiny_run()}", *TINY_PLAN, "", f"gsm8k:{GSM8K_TRAIN}", f"gsm8k:{GSM8K_TEST}")
     comparison = jobs.list_comparisons()[0]
     assert wait_for(lambda: jobs.comparison_state(comparison)["state"] not in ("waiting", "running"), 600)
@@ -258,10 +239,11 @@ def finished_files(work: Path) -> dict[Path, bytes]:
     return {path: path.read_bytes() for path in files if path.is_file()}
 
 
-@pytest.mark.slow  # a comparison job trains its arms
-def test_a_stopped_comparison_resumes_without_redoing_the_steps_it_finished(runs):
+@pytest.mark.slow  # a comparison's child and its training children
+def test_a_stopped_comparison_resumes_without_redoing_the_steps_it_finished(runs, fake_experiment):
     """Stop once sft-W is done, then Resume comparison: it runs again in its own folder, every step finished before
-    is left as it was (not trained again), and the interrupted arm starts over."""
+    is left as it was (not trained again), and the interrupted arm starts over. The fake experiment (the real driver,
+    no model: tests/fake_experiment.py) runs it."""
     panel.run_start(f"run:{tiny_run()}", *TINY_PLAN, "")
     comparison = jobs.list_comparisons()[0]
     work = runs / COMPARISONS_DIR / comparison / COMPARISON_WORK

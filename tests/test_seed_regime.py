@@ -10,7 +10,8 @@ import pytest
 
 from grpo_playground.config import load_recipe
 from grpo_playground.data import load_examples
-from grpo_playground.run_layout import PROGRESS_FILE
+from grpo_playground.jobs import comparisons as jobs
+from grpo_playground.run_layout import COMPARISON_JOB, COMPARISON_RESULT, COMPARISON_WORK, PROGRESS_FILE, read_json
 from pipelines.experiments import seed_regime
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,40 +54,61 @@ def test_bad_source_spec_is_refused_before_any_run(capsys):
     assert "must end in one of" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_every_arm_trains_and_is_scored_on_the_same_prompts(tmp_path):
-    out = tmp_path / "result"
-    argv = ["--n-worked", "16", "--n-answers", "16", "--n-eval", "8", "--minutes", "0.1", "--round-steps", "3",
-            "--format-target", "0", "--preflight-prompts", "1", "--work", str(tmp_path / "work"), "--out", str(out),
-            "--set", "sft.per_device_batch_size=4", "--set", "grpo.per_device_batch_size=8",
-            "--set", "grpo.max_completion_length=32"]
-    # --only-sft-w stops after sft-W (the GPU session trains it while vLLM's parts still travel) ...
-    assert seed_regime.main([*argv, "--only-sft-w"]) == 0
-    assert (tmp_path / "work" / "sft_w_round0" / "sft").is_dir()
-    assert not (tmp_path / "work" / "grpo_a").exists() and not out.with_suffix(".json").exists()
-    round_log = tmp_path / "work" / "sft_w_round0.log"
-    trained_once = round_log.read_text()
-    # ... and the run without it goes on from that sft-W instead of training it again
-    assert seed_regime.main(argv) == 0
-    assert round_log.read_text() == trained_once
+def test_every_arm_trains_and_is_scored_on_the_same_prompts(finished_comparison):
+    """The session's shared comparison (tests/shared_comparison.py: this experiment in the panel's job, its plan with
+    a pilot slice of 4 problems, so with the tuned control as a fifth scored row)."""
+    work, out = finished_comparison.folder / COMPARISON_WORK, finished_comparison.folder / COMPARISON_RESULT
     result = json.loads(out.with_suffix(".json").read_text())
-    assert set(result["eval"]) == set(seed_regime.ARMS)
-    assert all(result["eval"][arm]["n"] == 8 and result["steps"][arm] >= 1 for arm in seed_regime.ARMS)
+    assert set(result["eval"]) == set(seed_regime.SCORED)
+    assert all(result["eval"][arm]["n"] == 8 and result["steps"][arm] >= 1 for arm in seed_regime.SCORED)
     assert result["sft_w"]["steps"] == 3 and len(result["sft_w"]["rounds"]) == 1
     assert sum(part["n"] for part in result["by_template"].values()) == 8
     assert {arm: d["n"] for arm, d in result["grpo_minus"].items()} == {
-        "sft_w": 8, "sft_w+more_sft_w": 8, "sft_w+fresh_sft": 8}
+        "sft_w": 8, "sft_w+more_sft_w": 8, seed_regime.TUNED: 8, "sft_w+fresh_sft": 8}
     # The control continues SFT on W itself at a tenth of the recipe's lr, for GRPO's measured time.
-    control = (tmp_path / "work" / "more_sft_w" / "recipe.yaml").read_text()
+    control = (work / "more_sft_w" / "recipe.yaml").read_text()
     assert "worked.jsonl" in control and "learning_rate: 0.0002" in control
     assert result["seconds"]["sft_w+more_sft_w"] <= result["seconds"]["sft_w+grpo_a"] + 5
     assert "| sft_w+grpo_a |" in out.with_suffix(".md").read_text()
     # The app follows the run through progress.json: every step done, each arm with the folder it trained in.
-    progress = json.loads((tmp_path / "work" / PROGRESS_FILE).read_text())["steps"]
+    progress = json.loads((work / PROGRESS_FILE).read_text())["steps"]
     assert list(progress) == list(seed_regime.STEPS) and {s["state"] for s in progress.values()} == {"done"}
-    assert progress["sft_w+grpo_a"]["run_dir"] == str(tmp_path / "work" / "grpo_a")
+    assert progress["sft_w+grpo_a"]["run_dir"] == str(work / "grpo_a")
     # sft-W's rounds with their sampled format rates (the app shows them: the step count restarts every round)
     assert progress["sft_w"]["rounds"] == result["sft_w"]["rounds"] and progress["sft_w"]["round"] == 1
+
+
+def test_only_sft_w_stops_after_it_and_a_run_without_it_goes_on_from_there(finished_comparison, tmp_path):
+    """On a copy of the shared comparison's folder, the arms and the report moved aside: --only-sft-w stops after
+    sft-W (the GPU session trains it while vLLM's parts still travel); the arms brought back as another lease
+    returns them, the run without it goes on from that sft-W and the arms it finds instead of training them again."""
+    folder = finished_comparison.copy_into(tmp_path / "runs")
+    work, out = folder / COMPARISON_WORK, folder / COMPARISON_RESULT
+    plan = jobs.ComparisonPlan(**read_json(folder / COMPARISON_JOB)["meta"]["plan"])
+    argv = jobs.experiment_command(folder, plan)[3:]  # the job's own arguments (python -m MODULE ARGS)
+    assert argv[argv.index("--work") + 1] == str(work)
+    expected = json.loads(out.with_suffix(".json").read_text())
+    logs = {path: path.read_text() for path in work.glob("*.log")}  # each step's output, sft-W's rounds included
+    for path in out.parent.glob(f"{out.name}.*"):
+        path.unlink()
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    for path in work.iterdir():
+        if path.name != "data" and not path.name.startswith("sft_w_round0"):
+            path.rename(aside / path.name)  # progress.json too: this run writes its own
+    assert seed_regime.main([*argv, "--only-sft-w"]) == 0
+    progress = json.loads((work / PROGRESS_FILE).read_text())["steps"]
+    assert progress["sft_w"]["state"] == "done"
+    assert progress["sft_w"]["sha256"] == seed_regime.adapter_sha256(work / "sft_w_round0" / "sft")
+    assert not (work / "grpo_a").exists() and not out.with_suffix(".json").exists()
+    for path in aside.iterdir():
+        if path.name != PROGRESS_FILE:
+            path.rename(work / path.name)
+    assert seed_regime.main(argv) == 0
+    assert {path: path.read_text() for path in logs} == logs  # no step trained or scored again
+    result = json.loads(out.with_suffix(".json").read_text())
+    assert {k: result[k] for k in ("eval", "steps", "seconds", "grpo_minus")} == \
+        {k: expected[k] for k in ("eval", "steps", "seconds", "grpo_minus")}
 
 
 def test_template_split_separates_prompts_whose_template_w_taught():

@@ -13,7 +13,7 @@ import shutil
 from grpo_playground.jobs.comparisons import list_comparisons
 from grpo_playground.run_layout import COMPARISON_JOB, COMPARISON_RESULT, comparisons_dir
 
-COMPARISON_TIMEOUT_MS = 600_000  # four short arms and four evaluations of 2 prompts, on 2 shared cores
+COMPARISON_TIMEOUT_MS = 300_000  # the fake experiment's four short arms and their evaluations, on 2 shared cores
 
 
 def fill(page, selector: str, value) -> None:
@@ -45,7 +45,9 @@ def test_before_a_result_the_panel_says_so_instead_of_an_empty_chart(page, expec
         shutil.rmtree(folder)  # the newest comparison of the list: the next test reads its own
 
 
-def test_a_comparison_started_from_the_evaluate_tab_shows_every_arm(page, expect, screenshot):
+def test_a_comparison_started_from_the_evaluate_tab_shows_every_arm(page, expect, screenshot, fake_experiment):
+    """The page's plumbing, started and followed with the mouse: the fake experiment (the real driver and eval CLI,
+    no model: tests/fake_experiment.py) runs it; tests/test_compare.py's panel test reads a real one."""
     page.get_by_role("tab", name="Evaluate").click()
     expect(page.locator("#compare-recipe input")).to_have_value("recipes/tiny-cpu.yaml")
     fill(page, "#compare-minutes input", 0.05)  # 3 s per arm: the mechanics, not a result
