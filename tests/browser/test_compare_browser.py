@@ -1,6 +1,7 @@
 """The Evaluate tab's "GRPO vs more SFT" panel in a real browser: a small comparison started with the mouse runs
 every arm as a background job, and the page shows each arm's accuracy, GRPO's paired differences and the level
-table from the experiment's own result file.
+table from the experiment's own result file. The comparison is the fake experiment's (tests/fake_experiment.py:
+the real driver and eval CLI without a model), as this is the page's plumbing.
 
     OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/browser/test_compare_browser.py
 """
