@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -109,6 +111,26 @@ def test_only_sft_w_stops_after_it_and_a_run_without_it_goes_on_from_there(finis
     result = json.loads(out.with_suffix(".json").read_text())
     assert {k: result[k] for k in ("eval", "steps", "seconds", "grpo_minus")} == \
         {k: expected[k] for k in ("eval", "steps", "seconds", "grpo_minus")}
+
+
+@pytest.mark.slow  # the experiment's child and its (fake) training children
+def test_without_a_pilot_slice_four_arms_are_scored_and_no_tuned_control(tmp_path):
+    """The CLI's default (no --n-pilot; the panel always has a pilot slice, so the shared comparison does too): the
+    driver scores the four arms alone, its pre-flights sample the held-out set. The fake experiment runs it
+    (tests/fake_experiment.py: this driver, training and scoring without a model): what is checked is the driver's."""
+    out = tmp_path / "result"
+    argv = ["--n-worked", "16", "--n-answers", "16", "--n-eval", "8", "--minutes", "0.05", "--round-steps", "3",
+            "--format-target", "0", "--preflight-prompts", "1", "--work", str(tmp_path / "work"), "--out", str(out)]
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "fake_experiment.py"), *argv], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(out.with_suffix(".json").read_text())
+    assert set(result["eval"]) == set(seed_regime.ARMS) and result["control_tuned"] is None
+    assert {arm: d["n"] for arm, d in result["grpo_minus"].items()} == {
+        "sft_w": 8, "sft_w+more_sft_w": 8, "sft_w+fresh_sft": 8}
+    assert "eval_source: generator:test" in (tmp_path / "work" / "sft_w_round0" / "recipe.yaml").read_text()
+    assert not list((tmp_path / "work").glob("eval_control_*"))
+    assert "Tuned control" not in out.with_suffix(".md").read_text()
 
 
 def test_template_split_separates_prompts_whose_template_w_taught():
