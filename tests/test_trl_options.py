@@ -195,3 +195,11 @@ def test_the_form_lists_the_other_trl_options_and_its_yaml_box_goes_into_the_rec
     values[box] = "- not a mapping\n"
     with pytest.raises(ConfigError, match="one `key: value` a line"):
         config_from_values(specs, values)
+
+
+def test_scale_out_says_which_trl_options_it_does_not_carry_to_verl_or_openrlhf():
+    from grpo_playground.export.scale_out import _loss_notes
+
+    cfg = apply_overrides(RunConfig(), ["grpo.repetition_penalty=1.1"])
+    assert any("repetition_penalty" in note and "not written" in note for note in _loss_notes(cfg))
+    assert not any("other TRL options" in note for note in _loss_notes(RunConfig()))
