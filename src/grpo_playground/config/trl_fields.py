@@ -41,6 +41,7 @@ class TrlField:
     types: tuple[str, ...]  # the annotation's members by name: ("int", "None"); an enum class stands for its values
     default: object  # the literal default, else an Expression (a default_factory's call, a variable)
     help: str
+    owner: str  # the class that declares it last: GRPOConfig, _BaseConfig, TrainingArguments
     choices: tuple = ()
 
     def describe(self) -> str:
@@ -134,7 +135,7 @@ def _class_fields(module: str, name: str) -> dict[str, TrlField]:
             default = _literal(item.value)
         members = tuple(dict.fromkeys(_union(item.annotation)))
         out[item.target.id] = TrlField(item.target.id, ast.unparse(item.annotation), members, default,
-                                       str(meta.get("help", "")), tuple(meta.get("choices") or ()))
+                                       str(meta.get("help", "")), name, tuple(meta.get("choices") or ()))
     return out
 
 

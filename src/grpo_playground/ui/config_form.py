@@ -152,8 +152,11 @@ TRL_COLUMNS = ["key", "type", "TRL's default", "what it does (TRL's help)"]
 
 
 def trl_options_table(section: str) -> list[list]:
-    """The section's TRL fields the form does not show as fields, one row each, from TRL's own dataclass."""
-    return [[name, spec.annotation, repr(spec.default), spec.help] for name, spec in section_keys(section)[1].items()]
+    """The section's TRL fields the form does not show as fields, one row each, from TRL's own dataclass: the stage's
+    own (GRPOConfig's) first, then those it shares with every trainer (TrainingArguments')."""
+    own = TRL_CLASSES[section][1]
+    specs = sorted(section_keys(section)[1].values(), key=lambda spec: spec.owner != own)
+    return [[spec.name, spec.annotation, repr(spec.default), spec.help] for spec in specs]
 
 
 def _trl_options(field: FormField, value: dict):
