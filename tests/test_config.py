@@ -125,13 +125,13 @@ def test_bad_files_have_clear_errors(tmp_path):
 
 def test_generation_batch_adjusted_to_num_generations():
     cfg = RunConfig()
-    cfg.grpo.per_device_batch_size, cfg.grpo.num_generations = 1, 8
+    cfg.grpo.per_device_train_batch_size, cfg.grpo.num_generations = 1, 8
     per_device, note = cfg.grpo.generation_batch()
     assert per_device == 8 and "does not divide" in note
-    cfg.grpo.per_device_batch_size, cfg.grpo.gradient_accumulation_steps = 3, 2
+    cfg.grpo.per_device_train_batch_size, cfg.grpo.gradient_accumulation_steps = 3, 2
     per_device, note = cfg.grpo.generation_batch(num_processes=2)
     assert (per_device * 2 * 2) % 8 == 0 and per_device == 4
-    cfg.grpo.per_device_batch_size, cfg.grpo.gradient_accumulation_steps = 16, 1
+    cfg.grpo.per_device_train_batch_size, cfg.grpo.gradient_accumulation_steps = 16, 1
     assert cfg.grpo.generation_batch() == (16, "")
 
 

@@ -64,7 +64,8 @@ def test_the_plan_takes_the_first_saver_that_fits_and_says_what_it_changed():
 
 def test_a_smaller_micro_batch_keeps_the_effective_batch():
     cfg = recipe("qwen3-1.7b")
-    cfg = replace(cfg, grpo=replace(cfg.grpo, per_device_batch_size=16, num_generations=8, max_completion_length=1536),
+    cfg = replace(cfg, grpo=replace(cfg.grpo, per_device_train_batch_size=16, num_generations=8,
+                                    max_completion_length=1536),
                   model=replace(cfg.model, max_seq_length=2048, backend="trl"))
     shape = model_shape("qwen3-1.7b")
     roomy = plan_memory(cfg, shape, 500 * GIB, "trl", True).stage("grpo").settings
@@ -73,7 +74,7 @@ def test_a_smaller_micro_batch_keeps_the_effective_batch():
     assert s.micro_batch < roomy.micro_batch
     assert s.micro_batch * s.accumulation == roomy.micro_batch * roomy.accumulation
     planned = apply(cfg, plan, card_bytes=24 * GIB)
-    assert planned.grpo.per_device_batch_size == s.micro_batch
+    assert planned.grpo.per_device_train_batch_size == s.micro_batch
     assert planned.grpo.gradient_accumulation_steps == s.accumulation
     assert 0 < planned.model.gpu_memory_utilization <= plan.budget / (24 * GIB)
 

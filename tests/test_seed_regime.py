@@ -58,7 +58,7 @@ def test_every_arm_trains_and_is_scored_on_the_same_prompts(tmp_path):
     out = tmp_path / "result"
     argv = ["--n-worked", "16", "--n-answers", "16", "--n-eval", "8", "--minutes", "0.1", "--round-steps", "3",
             "--format-target", "0", "--preflight-prompts", "1", "--work", str(tmp_path / "work"), "--out", str(out),
-            "--set", "sft.per_device_batch_size=4", "--set", "grpo.per_device_batch_size=8",
+            "--set", "sft.per_device_train_batch_size=4", "--set", "grpo.per_device_train_batch_size=8",
             "--set", "grpo.max_completion_length=32"]
     # --only-sft-w stops after sft-W (the GPU session trains it while vLLM's parts still travel) ...
     assert seed_regime.main([*argv, "--only-sft-w"]) == 0
@@ -161,7 +161,7 @@ def test_gsm8k_regime_split_over_two_leases_starts_every_arm_from_one_checkpoint
             "--eval-data-2", "generator:test?levels=1", "--n-eval-2", "6", "--n-worked", "12", "--n-answers", "16",
             "--n-pilot", "4", "--minutes", "0.1", "--round-steps", "3", "--format-target", "0",
             "--preflight-prompts", "1", "--work", str(work), "--out", str(out),
-            "--set", "sft.per_device_batch_size=4", "--set", "grpo.per_device_batch_size=8",
+            "--set", "sft.per_device_train_batch_size=4", "--set", "grpo.per_device_train_batch_size=8",
             "--set", "grpo.max_completion_length=32"]
     pilots = ["--pilot", "recipe", "--pilot", "hot:grpo.temperature=1.3,grpo.beta=0.0", "--pilot-minutes", "0.05"]
     assert seed_regime.main([*argv, *pilots, "--only-arms", "grpo_a"]) == 0

@@ -335,7 +335,7 @@ def test_start_grow_stop_resume_queue_restart(client, app_url, fake_trainer):
     one's stop and resume: tests/test_train_cli.py, tests/test_resume.py)."""
     # far more steps than the test waits for: the job must still be running when the second app looks
     recipe = tiny_recipe("sft.max_steps=100000", "sft.logging_steps=2", "sft.save_steps=100000",
-                         "sft.per_device_batch_size=8")
+                         "sft.per_device_train_batch_size=8")
     first = client.predict(recipe, "sft", "", api_name="/start")
     run_id = first["run_id"]
     # metrics grow while it runs
@@ -411,7 +411,8 @@ def test_grpo_run_shows_samples_and_the_doctor(client):
     """GRPO on the base tiny model (no SFT): the latest sample group appears with per-reward scores and
     advantages; the pre-flight verdict and the doctor's findings are shown."""
     recipe = tiny_recipe("sft.enabled=false", "grpo.on_preflight_error=continue", "grpo.max_steps=4", "grpo.logging_steps=1",
-                         "grpo.num_generations=4", "grpo.per_device_batch_size=8", "grpo.max_completion_length=32")
+                         "grpo.num_generations=4", "grpo.per_device_train_batch_size=8",
+                         "grpo.max_completion_length=32")
     started = client.predict(recipe, "grpo", "", api_name="/start")
     done = wait_status(client, started["run_id"], lambda s: s["state"] in TERMINAL, timeout=400, what="GRPO run")
     assert done["state"] == "finished", done

@@ -59,7 +59,7 @@ KNOBS = {
     "reward_hacking": "make no-match score below any wrong answer (e.g. the -3.0 check_answer variant) or enable "
                       "match_format_exactly; set grpo.mask_truncated_completions",
     "nan": "divide the learning rate by 10; clip or shrink the reward weights",
-    "oom": "lower grpo.num_generations, grpo.max_completion_length or per_device_batch_size; lower "
+    "oom": "lower grpo.num_generations, grpo.max_completion_length or per_device_train_batch_size; lower "
            "model.gpu_memory_utilization when vLLM shares the GPU; use model.load_in_4bit",
     "sft_loss_stuck": "check the SFT data: print one rendered example (prompt + completion) and its tokens; a loss "
                       "stuck above 1.0 means broken preprocessing",

@@ -151,7 +151,7 @@ def stage_parts(cfg, shape_config: dict, stage: str, s: Settings, backend: str, 
     adam = 2 if "8bit" in section.optim else 8
     engine = 0
     if stage == "grpo" and vllm:
-        rows = section.per_device_batch_size * section.gradient_accumulation_steps
+        rows = section.per_device_train_batch_size * section.gradient_accumulation_steps
         kv_full = kv_cache_bytes(shape, rows, tokens_per_row)  # two passes of the batch
         # vLLM refuses to start without room for one sequence of max_model_len (model.max_seq_length)
         kv = max(kv_full * s.kv_passes // 2, shape["kv_bytes_per_token"] * cfg.model.max_seq_length)
@@ -176,7 +176,7 @@ def ladder(cfg, stage: str, backend: str, vllm: bool) -> list[tuple[Settings, tu
     """The settings to try, from the recipe as written to its leanest, each with what it changed."""
     section = getattr(cfg, stage)
     four_bit = (cfg.model.sft_load_in_4bit if stage == "sft" else cfg.model.load_in_4bit) and backend == "unsloth"
-    per_device = section.generation_batch()[0] if stage == "grpo" else section.per_device_batch_size
+    per_device = section.generation_batch()[0] if stage == "grpo" else section.per_device_train_batch_size
     s = Settings(four_bit, cfg.model.gradient_checkpointing, per_device, section.gradient_accumulation_steps, 2)
     steps, changed = [(s, ())], []
     if not s.checkpointing:
@@ -268,7 +268,7 @@ def apply(cfg, plan: MemoryPlan, card_bytes: int | None = None):
     model, sections = cfg.model, {}
     for s in plan.stages:
         st = s.settings
-        sections[s.stage] = replace(getattr(cfg, s.stage), per_device_batch_size=st.micro_batch,
+        sections[s.stage] = replace(getattr(cfg, s.stage), per_device_train_batch_size=st.micro_batch,
                                     gradient_accumulation_steps=st.accumulation)
         model = replace(model, gradient_checkpointing=model.gradient_checkpointing or st.checkpointing,
                         **{"sft_load_in_4bit" if s.stage == "sft" else "load_in_4bit": st.four_bit})

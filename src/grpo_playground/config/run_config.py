@@ -8,7 +8,7 @@ Defaults are the seed's numbers (recipes/qwen3-8b.yaml, docs/training.md) on the
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 from grpo_playground.tags import Tags
@@ -155,7 +155,8 @@ class SFTStage:
     optim: str = field(default="adamw_8bit", metadata=_help(
         "Optimizer (seed adamw_8bit; without bitsandbytes, e.g. on CPU, adamw_torch is used).", choices=OPTIMIZERS))
     weight_decay: float = field(default=0.01, metadata=_help("Weight decay (seed 0.01)."))
-    per_device_batch_size: int = field(default=1, metadata=_help("Examples per device per step (seed 1)."))
+    per_device_train_batch_size: int = field(default=1, metadata=_help("Examples per device per step (seed 1).",
+                                                                       label="Examples per device per step"))
     gradient_accumulation_steps: int = field(default=1, metadata=_help("Gradient accumulation steps (seed 1)."))
     max_length: int = field(default=2048, metadata=_help("Longest tokenized SFT example; longer ones are truncated."))
     logging_steps: int = field(default=5, metadata=_help("Log metrics every N steps."))
@@ -164,6 +165,8 @@ class SFTStage:
         "Checkpoints kept (older ones are deleted); the comparison's tuned control keeps every one it scores."))
     max_minutes: Optional[float] = field(default=None, metadata=_help(
         "Time budget: stop (and save the adapter) after this many minutes even before max_steps; empty = none."))
+    trl_options: dict = field(default_factory=dict, metadata=_help(
+        "Any other field of TRL's SFTConfig, by TRL's name: a recipe writes it in this section beside the others."))
 
     def validate(self, prefix: str = "sft") -> None:
         _check_range(f"{prefix}.num_train_epochs", self.num_train_epochs, 0.0, 1000.0)
@@ -175,7 +178,7 @@ class SFTStage:
         _check_choice(f"{prefix}.lr_scheduler_type", self.lr_scheduler_type, LR_SCHEDULERS)
         _check_choice(f"{prefix}.optim", self.optim, OPTIMIZERS)
         _check_range(f"{prefix}.weight_decay", self.weight_decay, 0.0, 1.0)
-        for name in ("per_device_batch_size", "gradient_accumulation_steps", "logging_steps", "save_steps",
+        for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "logging_steps", "save_steps",
                      "save_total_limit"):
             _check_range(f"{prefix}.{name}", getattr(self, name), 1, None)
         _check_range(f"{prefix}.max_length", self.max_length, 16, 131072)
@@ -205,9 +208,9 @@ class GRPOStage:
     epsilon: float = field(default=0.2, metadata=_help("Clipping range of the policy ratio.", label="Clip range (epsilon)"))
     max_completion_length: int = field(default=1024, metadata=_help(
         "Longest completion in tokens (seed 1024; below 512 truncation cuts off the solution tag on real models)."))
-    per_device_batch_size: int = field(default=8, metadata=_help(
+    per_device_train_batch_size: int = field(default=8, metadata=_help(
         "Completions per device per step (TRL counts completions, not prompts). Raised to a multiple of "
-        "num_generations when needed (as Unsloth does for the seed's 1)."))
+        "num_generations when needed (as Unsloth does for the seed's 1).", label="Completions per device per step"))
     gradient_accumulation_steps: int = field(default=1, metadata=_help("Gradient accumulation steps (seed 1)."))
     warmup_steps: int = field(default=0, metadata=_help("Linear warm-up steps."))
     lr_scheduler_type: str = field(default="linear", metadata=_help("Learning-rate schedule.", choices=LR_SCHEDULERS))
@@ -247,19 +250,21 @@ class GRPOStage:
         "When the pre-flight says ERROR (GRPO would see no signal): pause before GRPO (the run stops; Resume, or "
         "--resume, runs GRPO anyway) or continue (spend the steps, e.g. to watch the collapse).",
         choices=PREFLIGHT_ERROR_ACTIONS, label="When the pre-flight says ERROR"))
+    trl_options: dict = field(default_factory=dict, metadata=_help(
+        "Any other field of TRL's GRPOConfig, by TRL's name: a recipe writes it in this section beside the others."))
 
     def generation_batch(self, num_processes: int = 1) -> tuple[int, str]:
         """Per-device batch TRL accepts (its generation batch must divide by num_generations), and why it changed."""
-        per_device = self.per_device_batch_size
+        per_device = self.per_device_train_batch_size
         total = per_device * self.gradient_accumulation_steps * num_processes
         if total % self.num_generations == 0:
             return per_device, ""
         while (per_device * self.gradient_accumulation_steps * num_processes) % self.num_generations:
             per_device += 1
         return per_device, (
-            f"grpo.per_device_batch_size {self.per_device_batch_size} x gradient_accumulation_steps {self.gradient_accumulation_steps} x "
-            f"{num_processes} process(es) does not divide by num_generations {self.num_generations}: "
-            f"using per_device_batch_size {per_device}")
+            f"grpo.per_device_train_batch_size {self.per_device_train_batch_size} x gradient_accumulation_steps "
+            f"{self.gradient_accumulation_steps} x {num_processes} process(es) does not divide by num_generations "
+            f"{self.num_generations}: using per_device_train_batch_size {per_device}")
 
     def validate(self, prefix: str = "grpo") -> None:
         _check_range(f"{prefix}.max_steps", self.max_steps, 1, MAX_STEPS)
@@ -283,7 +288,7 @@ class GRPOStage:
         _check_choice(f"{prefix}.lr_scheduler_type", self.lr_scheduler_type, LR_SCHEDULERS)
         _check_choice(f"{prefix}.optim", self.optim, OPTIMIZERS)
         _check_range(f"{prefix}.weight_decay", self.weight_decay, 0.0, 1.0)
-        for name in ("per_device_batch_size", "gradient_accumulation_steps", "logging_steps", "save_steps",
+        for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "logging_steps", "save_steps",
                      "save_total_limit", "preflight_prompts"):
             _check_range(f"{prefix}.{name}", getattr(self, name), 1, None)
         _check_range(f"{prefix}.warmup_steps", self.warmup_steps, 0, None)
@@ -352,10 +357,22 @@ class Hardware:
                          "give the card's memory minus ~2 GiB (22 for a 24 GB card), or leave it empty")
 
 
-# Keys renamed to TRL's own (SFTConfig / GRPOConfig) where they map one to one: a recipe with an old key still loads,
-# with a warning naming the new one, for one release.
+# The one table of old recipe keys, renamed to TRL's own (SFTConfig / GRPOConfig): a recipe or `--set` with an old key
+# still loads, with a warning naming the new one.
 RENAMED_KEYS = {"epochs": "num_train_epochs", "lr_scheduler": "lr_scheduler_type",
-                "grad_accum": "gradient_accumulation_steps"}
+                "grad_accum": "gradient_accumulation_steps", "per_device_batch_size": "per_device_train_batch_size"}
+# The `sft:` / `grpo:` sections' TRL fields that the product sets from its own settings (training/stages.py): a recipe
+# that sets one is told where the value comes from instead.
+PRODUCT_KEYS = {
+    "output_dir": "the run folder decides it (--run-dir)", "report_to": "set tracking.swanlab",
+    "seed": "set lora.seed (it seeds the adapter and both stages)", "use_cpu": "the device decides it",
+    "bf16": "set model.dtype", "gradient_checkpointing": "set model.gradient_checkpointing",
+    "reward_weights": "set rewards.weights", "vllm_mode": "the product runs TRL's vLLM colocated",
+    "vllm_gpu_memory_utilization": "set model.gpu_memory_utilization",
+    "vllm_max_model_length": "set model.max_seq_length",
+    "resume_from_checkpoint": "resume with --resume (or Resume in the app)",
+}
+TRL_OPTIONS = "trl_options"  # the stages' field that holds the TRL fields the product does not name
 
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "lora": LoraSettings, "sft": SFTStage, "grpo": GRPOStage,
             "rewards": RewardSettings, "tracking": Tracking, "hardware": Hardware}
@@ -385,10 +402,6 @@ class RunConfig:
                               f"must stay below model.max_seq_length ({self.model.max_seq_length}) to leave room "
                               "for the prompt: lower it or raise max_seq_length")
         return self
-
-
-def section_fields(section_cls) -> list[str]:
-    return [f.name for f in fields(section_cls)]
 
 
 def _did_you_mean(name: str, candidates) -> str:

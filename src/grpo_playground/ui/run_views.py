@@ -101,12 +101,6 @@ def chart_frames(metrics: list[dict], shown: str | None = None) -> list[pd.DataF
     return frames
 
 
-def metric_keys(metrics: list[dict]) -> list[str]:
-    """Numeric keys logged by a run (for the comparison chart's picker)."""
-    keys = {k for m in _logged_rows(metrics, None) for k, v in m.items() if _number(v) is not None}
-    return sorted(keys - {"step", "max_steps", "time", "epoch"})
-
-
 def compare_frame(runs: dict[str, list[dict]], key: str, stage: str | None) -> pd.DataFrame:
     """One metric of several runs on one chart: the series is the run id."""
     rows = [(int(m["step"]), _number(m[key]), run_id)
