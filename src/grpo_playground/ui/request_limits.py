@@ -48,12 +48,23 @@ def visitor_of(scope) -> str:
     """Whom a request counts against. On a Space every socket is the Space's proxy: the visitor is the address
     that proxy appended last to X-Forwarded-For (earlier entries are the client's own, free to forge). Elsewhere
     the client address as uvicorn gives it (it reads X-Forwarded-For only from FORWARDED_ALLOW_IPS)."""
-    if os.environ.get(SPACE_ENV):
-        forwarded = dict(scope["headers"]).get(b"x-forwarded-for", b"")
-        if forwarded.strip():
-            return forwarded.decode("latin-1").split(",")[-1].strip()
+    forwarded = dict(scope["headers"]).get(b"x-forwarded-for", b"").decode("latin-1")
     client = scope.get("client")
-    return client[0] if client else "unknown"
+    return _visitor(forwarded, client[0] if client else None)
+
+
+def visitor_of_request(request) -> str:
+    """visitor_of for a handler's gr.Request (None when a handler is called directly, not through the app)."""
+    if request is None:
+        return "unknown"
+    client = getattr(request, "client", None)
+    return _visitor(request.headers.get("x-forwarded-for", ""), getattr(client, "host", None))
+
+
+def _visitor(forwarded: str, client: str | None) -> str:
+    if os.environ.get(SPACE_ENV) and forwarded.strip():
+        return forwarded.split(",")[-1].strip()
+    return client or "unknown"
 
 
 def sweep_uploads(folder: Path, kept=frozenset(), max_age_s: float = UPLOAD_LIFETIME_S) -> tuple[int, int]:
