@@ -41,6 +41,9 @@ MAX_SOCKETS_PER_ADDRESS = 256  # open sockets of one client address (not a trust
 HEAD_TIMEOUT_S = 10  # a new connection must finish its first request's head (line and headers) within this
 # Gradio's dev mode (`gradio app.py` reloading) and its vibe editor: nothing a deployed app serves.
 DEV_ROUTES = ("/gradio_api/dev/", "/gradio_api/vibe-edit", "/gradio_api/undo-vibe-edit")
+# Gradio's video-recording route (audio/video inputs, which the app has none of): it ran outside the queue and
+# echoed up to 1 MB a request back.
+UNUSED_ROUTES = ("/gradio_api/process_recording",)
 SPACE_ENV = "SPACE_ID"
 
 
@@ -229,7 +232,7 @@ class RequestLimits:
         return int(declared) if declared is not None and declared.strip().isdigit() else None
 
     def _refusal(self, path: str, headers: dict, visitor: str, upload: bool) -> tuple[int, str] | None:
-        if any(path.startswith(route) or path.rstrip("/") == route.rstrip("/") for route in DEV_ROUTES):
+        if any(path.startswith(route) or path.rstrip("/") == route.rstrip("/") for route in DEV_ROUTES + UNUSED_ROUTES):
             return 404, "Not Found"
         if self.open_requests[visitor] >= MAX_OPEN_REQUESTS_PER_VISITOR:
             return 429, f"{MAX_OPEN_REQUESTS_PER_VISITOR} requests from your address are open: close some first"
