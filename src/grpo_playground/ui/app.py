@@ -13,6 +13,7 @@ from grpo_playground.serving import stop_orphans
 from grpo_playground.ui import chat_tab, compare_panel, eval_panel, run_summary, sandbox_tab, training_tab
 from grpo_playground.ui.skip_link import create_skip_link
 from grpo_playground.ui.public_limits import configure_queue, serve
+from grpo_playground.ui.public_paths import public_events
 from grpo_playground.ui.request_limits import DELETE_CACHE
 
 TITLE = "GRPO Playground"
@@ -52,6 +53,7 @@ def build_demo() -> gr.Blocks:
                                     chat_parts["pickers"][0], evaluate["checkpoints"], evaluate["data"],
                                     run.message, run.message_for)
     configure_queue(demo)
+    public_events(demo)
     return demo
 
 

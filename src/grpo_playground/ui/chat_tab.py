@@ -164,7 +164,8 @@ def backends_status() -> str:
     for server in POOL.describe():
         doing = server["progress"] or (f"ready (started in {server['startup_s']:.0f} s)" if server["startup_s"] is not None
                                        and server["state"] == "running" and server["phase"] == "ready" else server["state"])
-        lines.append(f"- running: {server['backend']} `{server['model']}` on port {server['port']}: {doing}")
+        # no local port: the page is public, and only the app talks to its servers
+        lines.append(f"- running: {server['backend']} `{server['model']}`: {doing}")
     return "\n".join(lines)
 
 
