@@ -2,8 +2,9 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.scoring_load [--rounds 3]
 
-Each row: 50 threads each score a group of 8 honest completions with the default rewards through the sandbox's
-`/score` handler (as Gradio runs it: one thread per event, a visitor per address), timed in the handler, while one
+Each row: 50 threads each score a group of 8 honest completions with the default rewards the way the sandbox's
+`/score` handler does (one thread per event, a visitor per address: scoring_request around score_group; benchmarks
+may not import the UI), timed around it, while one
 flood runs from other addresses (after a warm-up round); then one visitor's group of 8 honest answers scored with answer_equivalence,
 counted as scored right, "could not score" or -3.0. The baseline (no flood) is measured in the same run, so the
 ratio holds on whatever machine runs it. Prints a Markdown table (BENCHMARKS.md keeps one).
@@ -12,18 +13,17 @@ ratio holds on whatever machine runs it. Prints a Markdown table (BENCHMARKS.md 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from types import SimpleNamespace
 
-import gradio as gr
-
-from grpo_playground.rewards.equivalence import EQUIVALENT, NO_ANSWER, _pool
+from grpo_playground.rewards import score_group
+from grpo_playground.rewards.equivalence import EQUIVALENT, NO_ANSWER, VISITOR, _pool
 from grpo_playground.rewards.group import COULD_NOT_SCORE
-from grpo_playground.tags import DEFAULT_TAGS
-from grpo_playground.ui.sandbox_tab import NAMES, score_table
+from grpo_playground.rewards.scoring_request import scoring_request
+from grpo_playground.tags import DEFAULT_TAGS, Tags
 
 GOOD = "<start_working_out>6 x 7<end_working_out><SOLUTION>42</SOLUTION>"
 TOWER = "<start_working_out>big<end_working_out><SOLUTION>$9^{9^{9^{9}}}$</SOLUTION>"  # > 2 s in sympy
@@ -42,9 +42,13 @@ FLOODS = [
 
 
 def score(completions: list[str], enabled: list[str], tags=TAGS, address: str = "10.9.0.1"):
-    request = SimpleNamespace(headers={}, client=SimpleNamespace(host=address))
-    return score_table("\n---\n".join(completions), "42", enabled, "group", *tags, "", "", *[1.0] * len(NAMES),
-                       request)
+    """What the /score handler runs for the visitor at `address` (its gold check and table aside)."""
+    visitor = VISITOR.set(address)
+    try:
+        with scoring_request(sum(map(len, completions))):
+            return score_group(completions, "42", {name: 1.0 for name in enabled}, Tags(*tags), "group")
+    finally:
+        VISITOR.reset(visitor)
 
 
 def timed(fn, *args) -> float:
@@ -59,7 +63,9 @@ def fifty_clients() -> list[float]:
 
 
 def honest_answers() -> list:
-    return [row[0] for row in score([GOOD] * 8, ["answer_equivalence"], TAGS, "10.9.2.1").values.tolist()]
+    group = score([GOOD] * 8, ["answer_equivalence"], TAGS, "10.9.2.1")
+    return [COULD_NOT_SCORE if math.isnan(c.scores["answer_equivalence"]) else c.scores["answer_equivalence"]
+            for c in group.completions]
 
 
 def measure(senders: list, rounds: int) -> tuple[list[float], list]:
@@ -69,7 +75,7 @@ def measure(senders: list, rounds: int) -> tuple[list[float], list]:
         while not stop.is_set():
             try:
                 score(completions, enabled, tags, address)
-            except gr.Error:
+            except ValueError:
                 pass  # refused (busy, too large): what matters is what it costs the others
 
     threads = [threading.Thread(target=flood, args=sender) for sender in senders]
@@ -104,7 +110,7 @@ def main() -> None:
         p95 = statistics.quantiles(times, n=20)[-1]
         baseline = baseline or p95
         counts = [sum(a == value for a in answers) for value in (EQUIVALENT, COULD_NOT_SCORE, NO_ANSWER)]
-        print(f"| {name} | {len(times)} | {statistics.median(times) * 1000:.0f} | {p95 * 1000:.0f} | "
+        print(f"| {name} | {len(times)} | {statistics.median(times) * 1000:.1f} | {p95 * 1000:.1f} | "
               f"{p95 / baseline:.2f} | {' / '.join(map(str, counts))} of {len(answers)} |", flush=True)
 
 
