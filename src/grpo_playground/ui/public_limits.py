@@ -30,7 +30,7 @@ from grpo_playground.ui.request_limits import (
     sweep_uploads,
     visitor_of_request,
 )
-from grpo_playground.ui.token_guesses import TokenGuesses
+from grpo_playground.ui.token_guesses import TokenGuesses, token_inputs
 
 MONITORING_ENV = "GRPO_PLAYGROUND_MONITORING"
 # Sessions Gradio keeps: ~0.64 MB of per-session config each (measured) plus the inputs bounded below (~1 MB of
@@ -124,8 +124,8 @@ def bound_queue(demo: gr.Blocks) -> None:
         fn = demo.fns.get(body.fn_index) if body.fn_index is not None else None
         if fn is None:
             return await push(body, request, username)  # Gradio's own error for a missing or unknown fn_index
-        tokens = [value for block, value in zip(fn.inputs, body.data)
-                  if isinstance(block, gr.Textbox) and block.type == "password" and isinstance(value, str) and value]
+        tokens = [value for i, value in enumerate(body.data) if i in token_inputs(fn) and isinstance(value, str)
+                  and value]
         if refusal := guesses.refusal(visitor_of_request(request), tokens):
             raise HTTPException(status_code=429, detail=refusal)
         problems = [(block, input_problem(block, value)) for block, value in zip(fn.inputs, body.data)]

@@ -1,6 +1,7 @@
 """Owner-token guessing, bounded per visitor (issue 38, item 8: 8-13 guesses a second per endpoint, no limit).
 
-Every password box of the app is an owner token box. When an event joins the queue, its tokens are checked: a
+Every password box of the app is an owner token box, and every `token` parameter of its API endpoints (/start,
+/resume, /export...) the owner token. When an event joins the queue, its tokens are checked: a
 visitor who sent MAX_WRONG_TOKENS wrong ones within WINDOW_S is refused (HTTP 429) every event that carries a
 token for LOCKOUT_S, the right token included (or the refusal would tell a right guess from a wrong one). Events
 without a token (watching, scoring) stay open to them, and a stranger at another address cannot lock the owner out.
@@ -9,7 +10,12 @@ without a token (watching, scoring) stay open to them, and a stranger at another
 from __future__ import annotations
 
 import collections
+import functools
+import inspect
 import time
+
+import gradio as gr
+from gradio.components.api_component import Api
 
 from grpo_playground.jobs.control import check_owner
 
@@ -17,6 +23,15 @@ MAX_WRONG_TOKENS = 10  # a mistyped token or two is not an attack
 WINDOW_S = 60.0
 LOCKOUT_S = 600.0
 MAX_VISITORS_TRACKED = 4_096
+
+
+@functools.cache
+def token_inputs(fn) -> frozenset[int]:
+    """Which of an event's inputs (a gradio BlockFunction's) carry the owner token."""
+    if fn.inputs and all(isinstance(block, Api) for block in fn.inputs):  # gr.api: its function's parameters
+        return frozenset(i for i, name in enumerate(inspect.signature(fn.fn).parameters) if name == "token")
+    return frozenset(i for i, block in enumerate(fn.inputs)
+                     if isinstance(block, gr.Textbox) and block.type == "password")
 
 
 def wrong_token(token: str) -> bool:
