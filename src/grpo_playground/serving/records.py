@@ -59,8 +59,8 @@ def stop_orphans() -> list[dict]:
         app = record.get("app") or {}
         if is_alive(app.get("pid"), app.get("start_ticks")):
             continue  # this app's, or another running app's
-        pid = record.get("pid")
-        if isinstance(pid, int) and is_alive(pid, record.get("start_ticks")):
+        pid, ticks = record.get("pid"), record.get("start_ticks")
+        if isinstance(pid, int) and isinstance(ticks, int) and is_alive(pid, ticks):  # never a recycled pid
             _stop_group(pid)
             stopped.append(record)
         path.unlink(missing_ok=True)
