@@ -8,6 +8,7 @@ weights because it scores the probes with the same `score_group` the sandbox and
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -59,7 +60,8 @@ class DesignReport:
 
     @property
     def ok(self) -> bool:
-        return not any(f.severity == "warning" for f in self.findings)
+        checked = not any(math.isnan(t) for t in self.totals.values())
+        return checked and not any(f.severity == "warning" for f in self.findings)
 
 
 def probe_totals(weights: Mapping[str, float], tags: Tags) -> dict[str, float]:
@@ -74,6 +76,9 @@ def _gaming_probes(totals: dict[str, float]) -> list[Probe]:
 def check_design(weights: Mapping[str, float] = DEFAULT_WEIGHTS, tags: Tags = DEFAULT_TAGS) -> DesignReport:
     weights = validate_weights(weights)
     totals = probe_totals(weights, tags)
+    if any(math.isnan(t) for t in totals.values()):  # math-verify could not score a probe now (busy checkers)
+        return DesignReport(totals, [Finding("info", "The reward design check could not run now: math-verify "
+                                                     "(answer_equivalence) did not answer in time. Score again.")])
     findings = []
     gamed = _gaming_probes(totals)
     for p in gamed:

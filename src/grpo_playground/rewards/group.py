@@ -21,6 +21,13 @@ from grpo_playground.tags import DEFAULT_TAGS, Tags
 SCALE_MODES = ("group", "none")
 STD_EPS = 1e-4  # TRL adds this to the std before dividing
 MAX_TAG_MARKS = 100  # per tag, so a completion of 100k repeated tags does not send 100k marks to a browser
+# How a score math-verify did not give (equivalence.UNSCORED, a NaN) is shown; NaN carries on into the completion's
+# total and into the group's mean, std and every advantage, which depend on every total: none of them is a number.
+COULD_NOT_SCORE = "could not score"
+
+
+def score_text(value: float, spec: str = "+g") -> str:
+    return COULD_NOT_SCORE if math.isnan(value) else format(value, spec)
 
 
 @dataclass
@@ -63,6 +70,11 @@ class GroupScore:
     @property
     def advantages(self) -> list[float]:
         return [c.advantage for c in self.completions]
+
+    @property
+    def unscored(self) -> int:
+        """Completions with a score that could not be computed (their total is NaN)."""
+        return sum(math.isnan(c.total) for c in self.completions)
 
     def table(self) -> tuple[list[str], list[list[float]]]:
         """Headers (one per reward function, then total, advantage) and one row per completion."""

@@ -12,7 +12,9 @@ returns a table with one row per completion, one column per enabled reward, `tot
 
 from __future__ import annotations
 
+import functools
 import inspect
+import math
 import re
 from dataclasses import dataclass
 
@@ -31,8 +33,11 @@ from grpo_playground.rewards import (
     check_design,
     score_group,
 )
+from grpo_playground.rewards.equivalence import VISITOR
+from grpo_playground.rewards.group import COULD_NOT_SCORE
 from grpo_playground.rewards.scoring_request import check_gold, scoring_request
 from grpo_playground.tags import DEFAULT_TAGS, Tags
+from grpo_playground.ui.request_limits import visitor_of_request
 from grpo_playground.ui.sandbox_input import MAX_PASTE_CHARS, join_group, read_completions_file, split_group
 from grpo_playground.ui.sandbox_render import render_details, render_report
 
@@ -76,11 +81,24 @@ INPUT_NAMES = ["completions_text", "answer", "enabled", "scale", *DEFAULT_TAGS.t
 
 
 def _named_inputs(fn):
-    """Give a handler taking *args the signature of INPUT_NAMES, which Gradio publishes as the API's parameters."""
-    fn.__signature__ = inspect.Signature(
-        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in INPUT_NAMES]
-    )
-    return fn
+    """Give a handler taking *args the signature of INPUT_NAMES, which Gradio publishes as the API's parameters, and
+    a last parameter for the visitor's gr.Request (Gradio fills it; a direct call may leave it out): the handler's
+    math-verify questions count against that visitor (equivalence.VISITOR)."""
+
+    @functools.wraps(fn)
+    def handler(*args):
+        inputs, request = (args[:-1], args[-1]) if len(args) > len(INPUT_NAMES) else (args, None)
+        token = VISITOR.set(visitor_of_request(request))
+        try:
+            return fn(*inputs)
+        finally:
+            VISITOR.reset(token)
+
+    parameters = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in INPUT_NAMES]
+    request = inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=gr.Request)
+    handler.__signature__ = inspect.Signature([*parameters, request])
+    handler.__annotations__ = {"request": gr.Request}
+    return handler
 
 
 def compute(completions_text, answer, enabled, scale, rs, re_, ss, se, code, token, *weights) -> tuple[GroupScore, DesignReport]:
@@ -154,7 +172,8 @@ def fraction_answer_hint(group: GroupScore) -> str | None:
 
 def _frame(group: GroupScore) -> pd.DataFrame:
     headers, rows = group.table()
-    return pd.DataFrame([[round(v, 6) for v in row] for row in rows], columns=headers)
+    return pd.DataFrame([[COULD_NOT_SCORE if math.isnan(v) else round(v, 6) for v in row] for row in rows],
+                        columns=headers)
 
 
 @_named_inputs
