@@ -25,7 +25,8 @@ LOOP = "def reward(completions, answer, **kwargs):\n    while True:\n        pas
 
 
 def score(completions: list[str], enabled: list[str], code: str = "", tags=tuple(DEFAULT_TAGS.as_list())) -> dict:
-    return score_table("\n---\n".join(completions), "42", enabled, "group", *tags, code, "", *[1.0] * len(NAMES))
+    return score_table("\n---\n".join(completions), "42", enabled, "group", *tags, code, "", False, 1024,
+                       *[1.0] * len(NAMES))
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -303,6 +303,28 @@ class RewardSettings:
         "Enabled reward functions (names from the rewards registry) and their weights; GRPO sums them."))
     tags: Tags = field(default_factory=Tags, metadata=_help(
         "The four format tags, shared by the data, the chat template and the rewards."))
+    gate_on_format: bool = field(default=False, metadata=_help(
+        "Answer-checking rewards count only when the strict format matches; otherwise they score their lowest "
+        "value, so a completion that fails the format never beats a wrong answer (open-instruct's gated reward).",
+        label="Gate correctness on format"))
+    overlong_buffer: int = field(default=256, metadata=_help(
+        "soft_overlong: tokens before grpo.max_completion_length where the punishment starts (DAPO's cache).",
+        label="Overlong buffer (tokens)"))
+    cosine_max_len: int = field(default=1000, metadata=_help(
+        "cosine_scaled: the length in characters where a correct answer's reward has fallen to its lowest (0.5).",
+        label="Cosine max length (characters)"))
+    repetition_n_grams: int = field(default=3, metadata=_help(
+        "repetition_penalty: the n-gram size (words) whose repeats are counted.", label="Repetition n-gram size"))
+    repetition_max_penalty: float = field(default=-1.0, metadata=_help(
+        "repetition_penalty: the score of a completion that is one n-gram repeated (<= 0).",
+        label="Repetition max penalty"))
+
+    def shaping(self, max_completion_length: int):
+        """The knobs the shaped rewards read, with the GRPO stage's completion limit (soft_overlong's)."""
+        from grpo_playground.rewards.shaping import Shaping
+
+        return Shaping(self.gate_on_format, max_completion_length, self.overlong_buffer, self.cosine_max_len,
+                       self.repetition_n_grams, self.repetition_max_penalty)
 
     def validate(self, prefix: str = "rewards") -> None:
         from grpo_playground.rewards import REWARDS
@@ -317,6 +339,11 @@ class RewardSettings:
                                   f"unknown reward{_did_you_mean(name, REWARDS)}; registered: {', '.join(REWARDS)}")
             _check_range(f"{prefix}.weights.{name}", weight, -MAX_ABS_WEIGHT, MAX_ABS_WEIGHT,
                          "a weight past that overflows the group's mean")
+        _check_range(f"{prefix}.overlong_buffer", self.overlong_buffer, 1, None)
+        _check_range(f"{prefix}.cosine_max_len", self.cosine_max_len, 1, None)
+        _check_range(f"{prefix}.repetition_n_grams", self.repetition_n_grams, 1, 16)
+        _check_range(f"{prefix}.repetition_max_penalty", self.repetition_max_penalty, -MAX_ABS_WEIGHT, 0.0,
+                     "a penalty is negative or 0, as open-r1's")
 
 
 @dataclass
@@ -384,6 +411,11 @@ class RunConfig:
             raise ConfigError("grpo.max_completion_length", self.grpo.max_completion_length,
                               f"must stay below model.max_seq_length ({self.model.max_seq_length}) to leave room "
                               "for the prompt: lower it or raise max_seq_length")
+        overlong = self.rewards.weights.get("soft_overlong")
+        if overlong and self.rewards.overlong_buffer >= self.grpo.max_completion_length:
+            raise ConfigError("rewards.overlong_buffer", self.rewards.overlong_buffer,
+                              f"must stay below grpo.max_completion_length ({self.grpo.max_completion_length}) for "
+                              "soft_overlong: a quarter of it is a usual choice")
         return self
 
 

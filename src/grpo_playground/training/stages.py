@@ -149,7 +149,8 @@ def run_grpo(cfg: RunConfig, folder: RunFolder, policy: Policy, tracker, history
 
     g = cfg.grpo
     dataset = training_rows(cfg, policy.tokenizer, "grpo", folder)
-    funcs, weights = get_reward_funcs(cfg.rewards.weights, cfg.rewards.tags)
+    shaping = cfg.rewards.shaping(g.max_completion_length)
+    funcs, weights = get_reward_funcs(cfg.rewards.weights, cfg.rewards.tags, shaping)
     recorder = SampleRecorder(funcs, weights, g.num_generations, g.scale_rewards)
     args = grpo_config(cfg, folder, policy, list(weights))
     if args.use_vllm and policy.backend == "trl":

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import gradio as gr
 import pandas as pd
@@ -32,6 +32,7 @@ from grpo_playground.rewards import (
     score_group,
 )
 from grpo_playground.rewards.scoring_request import check_gold, scoring_request
+from grpo_playground.rewards.shaping import DEFAULT_SHAPING
 from grpo_playground.tags import DEFAULT_TAGS, Tags
 from grpo_playground.ui.sandbox_input import MAX_PASTE_CHARS, join_group, read_completions_file, split_group
 from grpo_playground.ui.sandbox_render import render_details, render_report
@@ -47,6 +48,7 @@ EXAMPLE_GROUP = [
     "<start_working_out>6 + 7 = 13<end_working_out><SOLUTION>13</SOLUTION> Let me double-check: 6 + 7 is 13, and",
 ]
 EXAMPLE_ANSWER = "42"
+MAX_COMPLETION_TOKENS = 131072  # grpo.max_completion_length's own bound
 SCORE_CONCURRENCY = 16  # score events at once; most finish in milliseconds, a few may wait seconds on a checker
 
 
@@ -72,7 +74,7 @@ def _custom_scores(code: str, completions: list[str], answer: str) -> list[float
 
 # The inputs of every handler, in order; the names are what gradio_client callers pass as keywords.
 INPUT_NAMES = ["completions_text", "answer", "enabled", "scale", *DEFAULT_TAGS.to_dict(), "custom_code",
-               "owner_token", *(f"weight_{n}" for n in NAMES)]
+               "owner_token", "gate_on_format", "max_completion_length", *(f"weight_{n}" for n in NAMES)]
 
 
 def _named_inputs(fn):
@@ -83,7 +85,8 @@ def _named_inputs(fn):
     return fn
 
 
-def compute(completions_text, answer, enabled, scale, rs, re_, ss, se, code, token, *weights) -> tuple[GroupScore, DesignReport]:
+def compute(completions_text, answer, enabled, scale, rs, re_, ss, se, code, token, gate, max_completion_length,
+            *weights) -> tuple[GroupScore, DesignReport]:
     """Everything the tab and the API show; bad input raises RewardInputError / ValueError with the fix."""
     if code and code.strip():  # running code is the owner's: checked before anything a stranger sent is read
         try:
@@ -91,6 +94,12 @@ def compute(completions_text, answer, enabled, scale, rs, re_, ss, se, code, tok
         except PermissionError as exc:
             raise RewardInputError(str(exc)) from None
     tags = Tags(rs, re_, ss, se)
+    if not isinstance(max_completion_length, (int, float)) or not 1 <= max_completion_length <= MAX_COMPLETION_TOKENS:
+        raise RewardInputError(f"max completion length {max_completion_length!r}: give the run's "
+                               f"grpo.max_completion_length in tokens, 1 to {MAX_COMPLETION_TOKENS}")
+    # the recipe's other knobs at their defaults; the limit and the gate are the ones that change scores most
+    shaping = replace(DEFAULT_SHAPING, gate_on_format=bool(gate), max_completion_length=int(max_completion_length),
+                      overlong_buffer=min(DEFAULT_SHAPING.overlong_buffer, max(int(max_completion_length) // 4, 1)))
     chosen = {name: w for name, w in zip(NAMES, weights) if name in (enabled or [])}
     for name in chosen:
         if chosen[name] is None:
@@ -103,8 +112,8 @@ def compute(completions_text, answer, enabled, scale, rs, re_, ss, se, code, tok
     gold = answers[0] if len(answers) == 1 else answers
     # one budget for the whole request, design check included: others keep their share
     with scoring_request(sum(map(len, completions))):
-        group = score_group(completions, gold, chosen, tags, scale, {"custom": custom} if custom else None)
-        return group, check_design(chosen, tags)
+        group = score_group(completions, gold, chosen, tags, scale, {"custom": custom} if custom else None, shaping)
+        return group, check_design(chosen, tags, shaping)
 
 
 # Rewards that compare the answer as a decimal number (float ratios): a fraction gold is "not a plain number" to them
@@ -226,11 +235,14 @@ class SandboxInputs:
     weights: dict[str, gr.Number]  # reward name -> its weight box
     scale: gr.Radio
     tags: dict[str, gr.Textbox]  # Tags field -> its box
+    gate: gr.Checkbox
+    max_completion_length: gr.Number
 
 
 def create_sandbox_tab() -> SandboxInputs:
     initial = score_view(join_group(EXAMPLE_GROUP), EXAMPLE_ANSWER, list(DEFAULT_WEIGHTS), "group",
-                         *DEFAULT_TAGS.as_list(), "", "", *(DEFAULT_WEIGHTS.get(n, 1.0) for n in NAMES))
+                         *DEFAULT_TAGS.as_list(), "", "", False, DEFAULT_SHAPING.max_completion_length,
+                         *(DEFAULT_WEIGHTS.get(n, 1.0) for n in NAMES))
     gr.Markdown(
         "Paste real completions of your model (one, or a group separated by lines `---`) and the gold answer. "
         "Each reward's score, the group's advantages and the reasons update as you type."
@@ -258,6 +270,13 @@ def create_sandbox_tab() -> SandboxInputs:
                                for n in NAMES]
                 scale = gr.Radio(list(SCALE_MODES), value="group", label="advantage scaling",
                                  info="group: (r - mean) / (std + 1e-4), TRL's default; none: r - mean (Dr. GRPO)")
+                with gr.Row():
+                    gate = gr.Checkbox(False, label="gate correctness on format", elem_id="sandbox-gate",
+                                       info="rewards.gate_on_format: answer checks count only when the strict format "
+                                            "matches, else score their lowest value")
+                    max_len = gr.Number(DEFAULT_SHAPING.max_completion_length, precision=0, minimum=1,
+                                        maximum=MAX_COMPLETION_TOKENS, label="max completion length (tokens)",
+                                        info="grpo.max_completion_length, the limit soft_overlong punishes near")
             with gr.Accordion("What each reward scores", open=False):
                 gr.Markdown(_registry_table())
             with gr.Accordion("Custom reward (Python)", open=False):
@@ -272,7 +291,7 @@ def create_sandbox_tab() -> SandboxInputs:
             details = gr.HTML(initial[2], elem_id="sandbox-details")
             score_button = gr.Button("score", visible=False)
 
-    inputs = [completions, answer, enabled, scale, *tag_boxes, code, token, *weights]
+    inputs = [completions, answer, enabled, scale, *tag_boxes, code, token, gate, max_len, *weights]
     # Scoring has its own pool of event slots: a request that waits on math-verify or custom code (blocked,
     # not computing) must not hold one of the app's few default slots while cheap requests queue behind it.
     scoring = {"concurrency_id": "score", "concurrency_limit": SCORE_CONCURRENCY}
@@ -283,4 +302,4 @@ def create_sandbox_tab() -> SandboxInputs:
     score_button.click(score_table, inputs, [table], api_name="score", **scoring)
     upload.upload(upload_file, upload, [completions, answer], api_visibility="private")
     return SandboxInputs(completions, answer, enabled, dict(zip(NAMES, weights)), scale,
-                         dict(zip(DEFAULT_TAGS.to_dict(), tag_boxes)))
+                         dict(zip(DEFAULT_TAGS.to_dict(), tag_boxes)), gate, max_len)

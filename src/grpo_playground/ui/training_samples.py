@@ -52,7 +52,8 @@ def sandbox_settings(run_id: str | None) -> dict | None:
     except (OSError, ValueError):  # an unreadable or hand-broken recipe: keep the sandbox's settings
         return None
     return {"weights": dict(cfg.rewards.weights), "tags": cfg.rewards.tags.to_dict(),
-            "scale": one_group_scale(cfg.grpo.scale_rewards)}
+            "scale": one_group_scale(cfg.grpo.scale_rewards), "gate": cfg.rewards.gate_on_format,
+            "max_completion_length": cfg.grpo.max_completion_length}
 
 
 def link_to_sandbox(samples: SamplesPart, view: gr.State, sandbox: SandboxInputs, tabs: gr.Tabs) -> None:
@@ -72,8 +73,10 @@ def link_to_sandbox(samples: SamplesPart, view: gr.State, sandbox: SandboxInputs
             out.update({box: weights[name] for name, box in sandbox.weights.items() if name in weights})
             out.update({box: settings["tags"][field] for field, box in sandbox.tags.items() if field in settings["tags"]})
             out[sandbox.scale] = settings["scale"]
+            out[sandbox.gate] = settings["gate"]
+            out[sandbox.max_completion_length] = settings["max_completion_length"]
         return out
 
     outputs = [sandbox.completions, sandbox.answer, sandbox.enabled, *sandbox.weights.values(),
-               *sandbox.tags.values(), sandbox.scale, tabs]
+               *sandbox.tags.values(), sandbox.scale, sandbox.gate, sandbox.max_completion_length, tabs]
     samples.to_sandbox.click(open_group, view, outputs, api_visibility="private")
