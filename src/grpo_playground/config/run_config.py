@@ -347,6 +347,20 @@ class RewardSettings:
 
 
 @dataclass
+class DoctorSettings:
+    stop_on_critical: bool = field(default=False, metadata=_help(
+        "Stop the stage with a checkpoint when more steps cannot help: loss or gradient NaN, every group with zero "
+        "reward variance, or every completion truncated, for doctor.critical_steps logged steps in a row. The run "
+        "says which step to resume from and which setting to turn.", label="Stop on critical"))
+    critical_steps: int = field(default=3, metadata=_help(
+        "Logged steps in a row a zero-variance or truncation condition must hold before the run stops "
+        "(3 at logging_steps 5 = 15 steps; NaN stops at once).", label="Critical for logged steps"))
+
+    def validate(self, prefix: str = "doctor") -> None:
+        _check_range(f"{prefix}.critical_steps", self.critical_steps, 1, 1000)
+
+
+@dataclass
 class Tracking:
     swanlab: str = field(default="auto", metadata=_help(
         "SwanLab mode: auto (online when SWANLAB_API_KEY is set, else offline into the run folder for a later "
@@ -385,7 +399,7 @@ RENAMED_KEYS = {"epochs": "num_train_epochs", "lr_scheduler": "lr_scheduler_type
                 "grad_accum": "gradient_accumulation_steps"}
 
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "lora": LoraSettings, "sft": SFTStage, "grpo": GRPOStage,
-            "rewards": RewardSettings, "tracking": Tracking, "hardware": Hardware}
+            "rewards": RewardSettings, "doctor": DoctorSettings, "tracking": Tracking, "hardware": Hardware}
 
 
 @dataclass
@@ -397,6 +411,8 @@ class RunConfig:
     sft: SFTStage = field(default_factory=SFTStage, metadata=_help("Stage 1: supervised fine-tuning on the format."))
     grpo: GRPOStage = field(default_factory=GRPOStage, metadata=_help("Stage 2: GRPO on correctness."))
     rewards: RewardSettings = field(default_factory=RewardSettings, metadata=_help("Reward functions and tags."))
+    doctor: DoctorSettings = field(default_factory=DoctorSettings, metadata=_help(
+        "The doctor's watch over the metrics: may it stop a run that cannot recover?"))
     tracking: Tracking = field(default_factory=Tracking, metadata=_help("Experiment tracking (SwanLab)."))
     hardware: Hardware = field(default_factory=Hardware, metadata=_help("Processes and threads."))
 

@@ -27,7 +27,12 @@ class StageResult:
     stage: str
     steps: int
     seconds: float
-    stopped_by: str  # "" (ran to the end), "stop" (a stop request) or "time" (its time budget)
+    stopped_by: str  # "" (ran to the end), "stop" (a stop request), "time" (its time budget), "doctor" (a critical)
+
+
+def critical_steps(cfg: RunConfig) -> int | None:
+    """The doctor's stop window when the recipe lets it stop the run (doctor.stop_on_critical), else None."""
+    return cfg.doctor.critical_steps if cfg.doctor.stop_on_critical else None
 
 
 def training_rows(cfg: RunConfig, tokenizer, stage: str, folder: RunFolder):
@@ -76,7 +81,7 @@ def _train(trainer, folder: RunFolder, stage: str, resume: bool, callback: RunCa
     started = time.time()
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     seconds = time.time() - started
-    if not callback.stopped_by == "stop" and trainer.accelerator.is_main_process:
+    if callback.stopped_by not in ("stop", "doctor") and trainer.accelerator.is_main_process:
         target = folder.adapter(stage)
         # Only the trained adapter: TRL may have added a frozen "ref" copy for the KL term.
         trainer.model.save_pretrained(str(target), selected_adapters=["default"])
@@ -109,7 +114,7 @@ def run_sft(cfg: RunConfig, folder: RunFolder, policy: Policy, tracker, history:
         loss_type=sft_loss_type(policy.model),
     )
     timer = StepTimer(cuda_sync())
-    callback = RunCallback(folder, "sft", tracker, history, None, s.max_minutes, timer)
+    callback = RunCallback(folder, "sft", tracker, history, None, s.max_minutes, timer, critical_steps(cfg))
     trainer = SFTTrainer(model=policy.model, args=args, train_dataset=dataset, processing_class=policy.tokenizer,
                          callbacks=[callback])
     timer.wrap(trainer, "training_step", "forward_backward")
@@ -157,7 +162,7 @@ def run_grpo(cfg: RunConfig, folder: RunFolder, policy: Policy, tracker, history
         # TRL's colocated engine must live in this process (external_launcher), not in vLLM's engine subprocess
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     timer = StepTimer(cuda_sync())
-    callback = RunCallback(folder, "grpo", tracker, history, recorder, g.max_minutes, timer)
+    callback = RunCallback(folder, "grpo", tracker, history, recorder, g.max_minutes, timer, critical_steps(cfg))
     # TRL + PEFT: the product's trainer (no forward twice, chunked log-probs, the chosen vLLM sync); Unsloth its own
     options = dict(logprobs=g.logprobs, weight_sync=g.weight_sync) if policy.backend == "trl" else {}
     # TRL's colocated engine starts in the trainer: alone on the GPU meanwhile (a chat server starting beside it
