@@ -39,8 +39,9 @@ def training_rows(cfg: RunConfig, tokenizer, stage: str, folder: RunFolder):
     """The stage's dataset: normalized examples -> rendered prompt (and SFT completion) strings."""
     from grpo_playground.data import load_examples, to_hf_dataset
     from grpo_playground.data.chat_template import render_examples
+    from grpo_playground.data.preview import stage_source
 
-    spec, n = (cfg.data.sft_source, cfg.data.n_sft) if stage == "sft" else (cfg.data.grpo_source, cfg.data.n_grpo)
+    spec, n = stage_source(cfg, stage)  # the Training tab's data preview reads the same source
     loaded = load_examples(spec, n=n, tags=cfg.rewards.tags, with_solution=stage == "sft", seed=cfg.data.seed)
     folder.log(f"{stage} data {spec}: {loaded.summary()}")
     return to_hf_dataset(render_examples(loaded.examples, tokenizer, cfg.rewards.tags, cfg.data.prefill_reasoning))
