@@ -222,6 +222,28 @@ def test_a_new_run_replaces_the_previous_runs_preflight_and_stale_messages_clear
     assert poll(new.name, switched.view, None, "reward", [new.name, "stopped"]).message == {"__type__": "update"}
 
 
+@pytest.mark.parametrize("state,stoppable", [("queued", True), ("running", True), ("stopping", False),
+                                              ("stopped", False), ("finished", False)])
+def test_stop_is_offered_only_while_there_is_something_to_stop(tmp_path, state, stoppable):
+    # issue 39 item 9: after Stop was pressed the run is "stopping" (saving at its next step); Stop stayed red and
+    # clickable until the run exited
+    from grpo_playground.jobs.runs import RunInfo
+    from grpo_playground.ui.training_run_view import control_updates
+
+    stop, _ = control_updates(RunInfo("r", tmp_path, {"state": state}, {}))
+    assert stop["interactive"] is stoppable
+
+
+def test_sample_cells_show_the_end_of_a_completion_where_the_answer_is():
+    # issue 39 item 7: the table cut completions at 240 characters from the start, before the answer
+    long = "<start_working_out>" + "step by step, " * 80 + "so 42.<end_working_out><SOLUTION>42</SOLUTION>"
+    cell = run_views.sample_table({"completions": [long, "short"], "total": [1.0, 0.0]})["completion"].tolist()
+    assert cell[1] == "short"
+    assert len(cell[0]) <= run_views.SAMPLE_CELL_CHARS  # what the table shows whole
+    assert cell[0].startswith("<start_working_out>step by step") and cell[0].endswith("<SOLUTION>42</SOLUTION>")
+    assert "[...]" in cell[0]
+
+
 def test_readable_numbers_and_the_doctors_knob_in_view():
     sample = {"completions": ["a", "b"], "total": [1.0, -1.0], "advantages": [0.7071067811865476, -0.7071067811865476],
               "rewards": {"check_answer": [0.123456, -2.0]}}

@@ -38,3 +38,54 @@ def test_form_offers_the_format_gate_the_shaped_rewards_and_stop_on_critical(pag
     open_section(page, "doctor")
     expect(page.locator("#cfg-doctor-stop_on_critical")).to_contain_text("Stop on critical")
     expect(page.locator("#cfg-doctor-stop_on_critical input")).not_to_be_checked()  # opt-in
+
+
+def test_a_refused_recipe_leaves_the_upload_box_and_every_typo_is_named(page, tmp_path):
+    # issue 39 item 9: the refused file stayed in the box as if loaded, and only its first unknown key was named
+    from test_e2e_flow import upload_recipe
+
+    recipe = tmp_path / "two-typos.yaml"
+    recipe.write_text("grpo:\n  learning_rat: 1.0e-5\n  num_generation: 4\n")
+    upload_recipe(page, recipe)
+    message = page.locator("#training-form-msg")
+    expect(message).to_contain_text("two-typos.yaml was not loaded")
+    expect(message).to_contain_text("grpo.learning_rat")
+    expect(message).to_contain_text("grpo.num_generation")
+    box = page.locator("div.block").filter(has=page.get_by_text("Upload a recipe (.yaml)", exact=True))
+    expect(box).not_to_contain_text("two-typos.yaml")
+    fixed = tmp_path / "fixed.yaml"  # and the next file goes in without a page reload
+    fixed.write_text("grpo:\n  learning_rate: 1.0e-5\n")
+    upload_recipe(page, fixed)
+    expect(message).to_contain_text("Loaded fixed.yaml")
+
+
+def test_a_group_opened_from_a_run_shows_the_sandbox_from_its_top(page):
+    # issue 39 item 5: the sandbox kept the Training tab's scroll, its group summary above the viewport, and the
+    # default set's two design warnings stood above every result
+    import json
+
+    from test_live_run_browser import pick, write_run
+
+    run_id = "20991231-120000-tosandbox-0391"
+    run = write_run(run_id, {"state": "finished", "stage": "all", "step": 12, "max_steps": 12})
+    (run / "samples.jsonl").write_text(json.dumps({
+        "stage": "grpo", "step": 12, "prompt": "6 x 7?", "answer": "42", "rewards": {}, "total": [], "advantages": [],
+        "completions": ["<start_working_out>6 x 7<end_working_out><SOLUTION>42</SOLUTION>",
+                        "<start_working_out>6 + 7<end_working_out><SOLUTION>13</SOLUTION>"]}) + "\n")
+    pick(page, run_id)
+    button = page.locator("#training-to-sandbox")
+    expect(button).to_be_enabled()
+    button.scroll_into_view_if_needed()
+    assert page.evaluate("window.scrollY") > 300  # the button sits far down the live screen
+    button.click()
+    report = page.locator("#sandbox-report")
+    expect(report).to_contain_text("Group of 2")
+    expect(report).to_be_in_viewport()
+    assert page.evaluate("window.scrollY") == 0
+    # the design check's warnings are one line until opened, not a wall above the results
+    design = page.locator("#sandbox-design")
+    expect(design).to_contain_text("Reward design check")
+    expect(design.locator("p").first).to_be_hidden()
+    design.locator("summary").click()
+    expect(design).to_contain_text("keeps writing after the closing tag")
+    expect(design.locator("p").first).to_be_visible()

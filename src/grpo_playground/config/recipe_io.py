@@ -57,6 +57,10 @@ def config_from_dict(data: dict) -> RunConfig:
         raise ConfigError("recipe", type(data).__name__, "a recipe is a mapping of sections (model:, data:, ...)")
     data = _lift_run_section(data)
     top_keys = {*run_keys(), RUN_SECTION, *SECTIONS}
+    unknown = _unknown_keys(data)
+    if len(unknown) > 1:  # one at a time cost a user an upload per typo; a single one gets the detailed error below
+        raise ConfigError("recipe", unknown, f"{len(unknown)} unknown keys: " + "; ".join(unknown)
+                          + ". Fix or remove each")
     for key in data:
         if key not in top_keys:
             raise ConfigError(key, data[key], f"unknown section{_did_you_mean(key, top_keys)}; "
@@ -79,6 +83,19 @@ def config_from_dict(data: dict) -> RunConfig:
             values[key] = _coerce(f"{section}.{key}", value, hints[key])
         kwargs[section] = cls(**values)
     return RunConfig(**kwargs).validate()
+
+
+def _unknown_keys(data: dict) -> list[str]:
+    """Every key of a recipe that RunConfig lacks (a renamed TRL key counts as known), each with the closest name."""
+    top = {*run_keys(), RUN_SECTION, *SECTIONS}
+    unknown = [f"{key}{_did_you_mean(str(key), top)}" for key in data if key not in top]
+    for section, cls in SECTIONS.items():
+        raw = data.get(section)
+        valid = {f.name for f in fields(cls)}
+        if isinstance(raw, dict):
+            unknown += [f"{section}.{key}{_did_you_mean(str(key), valid)}" for key in raw
+                        if key not in valid and RENAMED_KEYS.get(key) not in valid]
+    return unknown
 
 
 def _lift_run_section(data: dict) -> dict:

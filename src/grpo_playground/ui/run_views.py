@@ -56,7 +56,18 @@ CHARTS = [
           "stacked_bar"),
 ]
 FRAME_COLUMNS = ["step", "value", "series"]
-SAMPLE_TEXT_CHARS = 2000  # per completion in the table; the sandbox gets the full text
+# A completion cell: its start and its end, where the answer is (the table cut it at 240 characters from the start,
+# before any <SOLUTION> a reader looks for); the sandbox gets the full text.
+SAMPLE_CELL_CHARS = 240
+SAMPLE_HEAD_CHARS = 60
+ELISION = " [...] "
+
+
+def completion_cell(text: str, chars: int = SAMPLE_CELL_CHARS) -> str:
+    """`text` in at most `chars` characters: its first SAMPLE_HEAD_CHARS and as much of its end as fits."""
+    if len(text) <= chars:
+        return text
+    return text[:SAMPLE_HEAD_CHARS] + ELISION + text[-(chars - SAMPLE_HEAD_CHARS - len(ELISION)):]
 
 
 def _logged_rows(metrics: list[dict], stage: str | None) -> list[dict]:
@@ -205,7 +216,7 @@ def sample_table(sample: dict | None) -> pd.DataFrame:
             row[label] = _rounded(values[i]) if i < len(values) else None
         for name, scores in rewards.items():
             row[name] = _rounded(scores[i]) if i < len(scores) else None
-        row["completion"] = str(text)[:SAMPLE_TEXT_CHARS]
+        row["completion"] = completion_cell(str(text))
         rows.append(row)
     return pd.DataFrame(rows)
 

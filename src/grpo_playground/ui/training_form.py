@@ -143,12 +143,13 @@ def wire_form(part: FormPart, started: list, on_start) -> None:
         return loaded(load_recipe(RECIPES_DIR / f"{name}.yaml"), f"recipes/{name}.yaml")
 
     def load_uploaded(path):
+        """The form from an uploaded file; a refused file leaves the upload box (it stayed there as if loaded)."""
         if not path:
-            return [gr.skip()] * (len(fields) + 3)
+            return [gr.skip()] * (len(fields) + 4)
         try:
-            return loaded(load_recipe(path), f"{Path(path).name}")
+            return [*loaded(load_recipe(path), f"{Path(path).name}"), gr.skip()]
         except USER_ERRORS as exc:
-            return load_failed(f"{Path(path).name} was not loaded: {exc}")
+            return [*load_failed(f"{Path(path).name} was not loaded: {exc}"), None]
 
     def check_form(stage_value, source, *values):
         try:
@@ -212,7 +213,7 @@ def wire_form(part: FormPart, started: list, on_start) -> None:
                               concurrency_limit=1, concurrency_id="data-preview", **ui)
     loaded_outputs = [*fields, part.message, part.cli, part.loaded_from]
     part.load.click(load_shipped, part.recipe_pick, loaded_outputs, **ui)
-    part.upload.upload(load_uploaded, part.upload, loaded_outputs, **ui)
+    part.upload.upload(load_uploaded, part.upload, [*loaded_outputs, part.upload], **ui)
     # always_last: an edit made while the previous check is still running is checked too (gradio's default, "once",
     # dropped it, and the message kept describing the form before that edit)
     gr.on([c.input for c in fields] + [part.stage.change], check_form, [part.stage, part.loaded_from, *fields],

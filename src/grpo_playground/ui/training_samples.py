@@ -13,9 +13,8 @@ from grpo_playground.rewards import one_group_scale
 from grpo_playground.ui import run_views
 from grpo_playground.ui.sandbox_tab import SandboxInputs
 
-# A completion cell shows this many characters (a click shows the rest; the sandbox gets the full text), and
-# the table scrolls inside its own box: a 2,000-character completion no longer stretches the page.
-CELL_CHARS = 240
+# The table scrolls inside its own box: a 2,000-character completion no longer stretches the page (a cell shows its
+# start and its end: run_views.completion_cell).
 TABLE_HEIGHT = 320
 
 
@@ -30,7 +29,8 @@ def build_samples() -> SamplesPart:
     gr.Markdown("### Latest sample group")
     caption = gr.Markdown()
     table = gr.Dataframe(run_views.sample_table(None), label="Completions with each reward's score, total and advantage",
-                         wrap=True, interactive=False, max_height=TABLE_HEIGHT, max_chars=CELL_CHARS,
+                         wrap=True, interactive=False, max_height=TABLE_HEIGHT,
+                         max_chars=run_views.SAMPLE_CELL_CHARS,
                          elem_id="training-samples")
     # enabled by the tick once the run has a sample group
     to_sandbox = gr.Button("Open this group in the Reward sandbox", interactive=False, elem_id="training-to-sandbox")
@@ -79,4 +79,7 @@ def link_to_sandbox(samples: SamplesPart, view: gr.State, sandbox: SandboxInputs
 
     outputs = [sandbox.completions, sandbox.answer, sandbox.enabled, *sandbox.weights.values(),
                *sandbox.tags.values(), sandbox.scale, sandbox.gate, sandbox.max_completion_length, tabs]
-    samples.to_sandbox.click(open_group, view, outputs, api_visibility="private")
+    # then to the top of the page: the sandbox kept the Training tab's scroll and opened mid-page, its group summary
+    # above the viewport
+    samples.to_sandbox.click(open_group, view, outputs, api_visibility="private").then(
+        None, js="() => window.scrollTo({top: 0})", api_visibility="private")
