@@ -244,6 +244,21 @@ def test_sample_cells_show_the_end_of_a_completion_where_the_answer_is():
     assert "[...]" in cell[0]
 
 
+def test_a_flat_reward_says_how_long_it_has_lasted():
+    # issue 39 item 9: the doctor said "flat for 3 logged steps" when all 12 were (written at the first flat window)
+    from grpo_playground.doctor import diagnose
+
+    metrics = [{"stage": "grpo", "step": s, "reward": -8.5, "frac_reward_zero_std": 1.0} for s in range(1, 13)]
+    written = [f.to_dict() for f in diagnose(metrics[:3])]  # what the job wrote at step 3
+    shown = {f["rule"]: f["message"] for f in run_views.doctor_findings(written, metrics)}
+    assert "for 3 logged steps" in shown["flat_reward"]
+    assert "still flat at the latest step: 12 logged steps in all (steps 1-12)" in shown["flat_reward"]
+    # once the reward moves, the finding stays as written (its window was flat; the latest steps are not)
+    moved = metrics + [{"stage": "grpo", "step": 13, "reward": 1.0}]
+    assert "still flat" not in {f["rule"]: f["message"] for f in run_views.doctor_findings(written, moved)}[
+        "flat_reward"]
+
+
 def test_readable_numbers_and_the_doctors_knob_in_view():
     sample = {"completions": ["a", "b"], "total": [1.0, -1.0], "advantages": [0.7071067811865476, -0.7071067811865476],
               "rewards": {"check_answer": [0.123456, -2.0]}}

@@ -180,6 +180,19 @@ def _rule_sft_loss_stuck(rows, th):
     return None
 
 
+def flat_streak(metrics: list[dict], stage: str = "grpo", th: Thresholds = Thresholds()) -> list[dict]:
+    """The latest rollout rows of `stage` whose reward means all lie within flat_range: how long a flat reward has
+    lasted by now (the finding was written when the first window went flat, and says only that window)."""
+    rows = [r for r in metrics if r.get("stage", "grpo") == stage and _num(r, REWARD) is not None]
+    streak: list[dict] = []
+    for row in reversed(rows):
+        values = [_num(r, REWARD) for r in [row, *streak]]
+        if max(values) - min(values) >= th.flat_range:
+            break
+        streak.insert(0, row)
+    return streak
+
+
 GRPO_RULES = {"nan": _rule_nan, "flat_reward": _rule_flat_reward, "zero_std": _rule_zero_std,
               "kl_blowup": _rule_kl_blowup, "length_falling": _rule_length_falling,
               "length_pinned": _rule_length_pinned, "reward_hacking": _rule_reward_hacking}

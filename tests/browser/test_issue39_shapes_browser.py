@@ -89,3 +89,28 @@ def test_a_group_opened_from_a_run_shows_the_sandbox_from_its_top(page):
     design.locator("summary").click()
     expect(design).to_contain_text("keeps writing after the closing tag")
     expect(design.locator("p").first).to_be_visible()
+
+
+def test_chat_question_and_send_fit_a_1280x800_screen(page):
+    # issue 39 item 7: empty 420 px panes pushed the question box and Send below the fold
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.get_by_role("tab", name="Chat").click()
+    for element in ("#chat-question textarea", "#chat-send"):
+        expect(page.locator(element)).to_be_in_viewport(ratio=1.0)
+
+
+def test_export_it_goes_to_the_export_panel_where_its_progress_shows(page):
+    # issue 39 item 7: the card's "Export it (GGUF)" sits at the top, the export's progress far below it
+    import json
+
+    from test_live_run_browser import pick, write_run
+
+    run_id = "20991231-120001-exportit-0392"
+    run = write_run(run_id, {"state": "finished", "stage": "all", "step": 12, "max_steps": 12})
+    (run / "grpo").mkdir()
+    (run / "grpo" / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "assets/tiny"}))
+    pick(page, run_id)
+    page.locator("#training-next-export").click()
+    expect(page.locator("#training-export-heading")).to_be_in_viewport()
+    expect(page.locator("#training-export")).to_be_in_viewport()
+    expect(page.locator("#training-export")).not_to_be_empty()

@@ -271,12 +271,19 @@ def findings_html(findings: list[dict]) -> str:
 
 
 def doctor_findings(file_findings: list[dict], metrics: list[dict]) -> list[dict]:
-    """The job's doctor.jsonl when it wrote one, else the doctor run here on the metrics (pure Python)."""
-    if file_findings:
-        return file_findings
-    from grpo_playground.doctor import diagnose
+    """The job's doctor.jsonl when it wrote one, else the doctor run here on the metrics (pure Python); a flat reward
+    says how long it has lasted by now (its finding counted only the first window: "3 logged steps" of 12)."""
+    from grpo_playground.doctor import diagnose, flat_streak
 
-    return [f.to_dict() for f in diagnose(metrics)]
+    findings = file_findings or [f.to_dict() for f in diagnose(metrics)]
+    out = []
+    for f in findings:
+        streak = flat_streak(metrics, f.get("stage") or "grpo") if f.get("rule") == "flat_reward" else []
+        if len(streak) > 1 and streak[0].get("step") <= f.get("step", 0) < streak[-1].get("step"):
+            f = {**f, "message": f"{f.get('message')}; still flat at the latest step: {len(streak)} logged steps in "
+                                 f"all (steps {streak[0].get('step')}-{streak[-1].get('step')})"}
+        out.append(f)
+    return out
 
 
 def preflight_markdown(report: dict | None) -> str:

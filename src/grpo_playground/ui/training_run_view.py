@@ -409,7 +409,9 @@ def wire_run_view(run: RunViewPart, history: HistoryPart, timer: gr.Timer, token
     run.resume.click(resume_selected, [run.run_pick, run.view, token], message_outputs, **ui)
     export_inputs = [run.run_pick, run.view, run.export_stage, run.gguf_types, token]
     run.export.click(export_selected, export_inputs, message_outputs, **ui)
-    run.next_export.click(export_selected, export_inputs, message_outputs, **ui)
+    # the card's button sits at the top; the export's progress shows in the Export panel far below: go there
+    run.next_export.click(export_selected, export_inputs, message_outputs, **ui).then(
+        None, js="() => document.getElementById('training-export-heading')?.scrollIntoView({block: 'start'})", **ui)
     run.scale_out.click(scale_out_selected, [run.run_pick, run.view, token], message_outputs, **ui)
     gr.on(None, initial_pick, None, [run.run_pick, screens, run.stop, run.resume], **ui)  # on page load
     # a user picking a run (or a chart stage) sees it at once; otherwise the timer refreshes every POLL_S
