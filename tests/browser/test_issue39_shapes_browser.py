@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import TIMEOUT_MS
+from test_e2e_flow import region_screenshot
 from test_recipe_form_browser import open_section
 
 expect = pytest.importorskip("playwright.sync_api").expect
@@ -24,6 +25,7 @@ def test_data_preview_shows_the_rendered_prompt_and_gold_before_start(page):
     expect(preview).to_contain_text("gold answer")
     expect(preview).to_contain_text("<|im_start|>assistant")
     expect(preview).to_contain_text("<start_working_out>")
+    region_screenshot(page, "data-preview", "#training-data-preview-box")  # docs/guide.md embeds it
     page.get_by_label("sft", exact=True).check()
     page.locator("#training-data-preview-button").click()
     expect(preview).to_contain_text("SFT target (what it learns to write)", timeout=max(TIMEOUT_MS, 90_000))

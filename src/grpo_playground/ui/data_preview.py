@@ -10,6 +10,8 @@ from html import escape
 import gradio as gr
 
 PREVIEW_ID = "training-data-preview"
+# exact text, wrapped inside the narrow column (a prompt's long lines ran out of the panel)
+PRE = "<pre style='white-space: pre-wrap; overflow-wrap: anywhere; margin: 4px 0 10px'>"
 
 
 def preview_html(preview: dict) -> str:
@@ -32,10 +34,10 @@ def preview_html(preview: dict) -> str:
         level = f" · level {row['level']}" if row.get("level") is not None else ""
         out.append(f"<details open><summary>Row {i} · gold answer <b>{escape(row['answer'])}</b>{level}</summary>"
                    f"<div>Prompt, exactly as the model reads it (the model writes next):</div>"
-                   f"<pre class='preview-text'>{escape(row['prompt'])}</pre>")
+                   f"{PRE}{escape(row['prompt'])}</pre>")
         if row.get("completion") is not None:
             out.append(f"<div>SFT target (what it learns to write):</div>"
-                       f"<pre class='preview-text'>{escape(row['completion'])}</pre>")
+                       f"{PRE}{escape(row['completion'])}</pre>")
         out.append("</details>")
     return "\n".join(out)
 
