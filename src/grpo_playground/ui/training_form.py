@@ -210,7 +210,7 @@ def wire_form(part: FormPart, started: list, on_start) -> None:
 
     ui = dict(api_visibility="private")
     part.preview.button.click(preview_data, [part.preview.stage, part.token, *fields], part.preview.output,
-                              concurrency_limit=1, concurrency_id="data-preview", **ui)
+                              concurrency_limit=1, **ui)
     loaded_outputs = [*fields, part.message, part.cli, part.loaded_from]
     part.load.click(load_shipped, part.recipe_pick, loaded_outputs, **ui)
     part.upload.upload(load_uploaded, part.upload, [*loaded_outputs, part.upload], **ui)

@@ -402,10 +402,10 @@ def wire_run_view(run: RunViewPart, history: HistoryPart, timer: gr.Timer, token
 
     ui = dict(api_visibility="private")
     message_outputs = [run.message, run.message_for]
-    # off at once, outside the queue (it stayed red and clickable ~1 s, until the request's answer and a tick); the
-    # tick turns it back on if the request was refused
-    run.stop.click(lambda: gr.update(interactive=False), None, run.stop, queue=False, show_progress="hidden",
-                   **ui).then(stop_selected, [run.run_pick, run.view, token], message_outputs, **ui)
+    run.stop.click(stop_selected, [run.run_pick, run.view, token], message_outputs, **ui)
+    # and off at once, outside the queue (it stayed red and clickable ~1 s, until the request's answer and a tick);
+    # the tick turns it back on if the request was refused
+    run.stop.click(lambda: gr.update(interactive=False), None, run.stop, queue=False, show_progress="hidden", **ui)
     run.resume.click(resume_selected, [run.run_pick, run.view, token], message_outputs, **ui)
     export_inputs = [run.run_pick, run.view, run.export_stage, run.gguf_types, token]
     run.export.click(export_selected, export_inputs, message_outputs, **ui)
