@@ -80,10 +80,21 @@ def test_a_real_run_stops_with_a_checkpoint_and_resumes_from_it(tmp_path, monkey
     # the knob turned (a reward that differs within a group even for random text), the run goes on from
     # checkpoint-2 to its end (the doctor off: 24 tokens truncate every completion of an untrained model, and it
     # would stop that next, rightly)
-    turned = ("rewards.weights={cosine_scaled: 1.0}", "grpo.max_steps=6", "grpo.temperature=1.2")
+    # The shaped rewards run inside TRL here: soft_overlong reads TRL's completion_ids (every completion of the
+    # untrained model runs to the 24-token limit: -1 each, whatever its characters say)
+    turned = ("rewards.weights={cosine_scaled: 1.0, soft_overlong: 1.0, repetition_penalty: 1.0}",
+              "rewards.overlong_buffer=8", "grpo.max_steps=6", "grpo.temperature=1.2")
     saved = adapter(checkpoint)
     outcome = train(run_dir, "grpo", monkeypatch, resume=True, overrides=turned)
     status = json.loads((run_dir / STATUS_FILE).read_text())
     assert outcome == "finished", status.get("reason")
     assert status["step"] == 6
     assert distance(adapter(run_dir / "grpo"), saved) > 0  # steps 3-6 trained on from checkpoint-2's weights
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    resumed = [r for r in rows if r.get("stage") == "grpo" and "rewards/soft_overlong/mean" in r]
+    assert [r["step"] for r in resumed] == [3, 4, 5, 6]
+    # a truncated completion scores -1, any other at most 0: the mean is at most minus the truncated share, and
+    # exactly -1 when all are truncated (an estimate from characters would not land on the limit)
+    pairs = [(r["rewards/soft_overlong/mean"], r["completions/clipped_ratio"]) for r in resumed]
+    assert all(score <= -clipped + 1e-6 for score, clipped in pairs), pairs
+    assert any(clipped == 1.0 for _, clipped in pairs) and all(score == -1.0 for score, c in pairs if c == 1.0), pairs
