@@ -98,3 +98,37 @@ def test_a_real_run_stops_with_a_checkpoint_and_resumes_from_it(tmp_path, monkey
     pairs = [(r["rewards/soft_overlong/mean"], r["completions/clipped_ratio"]) for r in resumed]
     assert all(score <= -clipped + 1e-6 for score, clipped in pairs), pairs
     assert any(clipped == 1.0 for _, clipped in pairs) and all(score == -1.0 for score, c in pairs if c == 1.0), pairs
+
+
+def _log_nan(tmp_path, critical_steps):
+    from types import SimpleNamespace
+
+    from grpo_playground.training.callbacks import RunCallback
+    from grpo_playground.training.run_folder import RunFolder
+
+    folder = RunFolder(tmp_path)
+    (folder.checkpoints("grpo") / "checkpoint-4").mkdir(parents=True)  # saved before the blow-up
+    tracker = SimpleNamespace(log_metrics=lambda row: None, log_sample=lambda sample: None)
+    callback = RunCallback(folder, "grpo", tracker, [], None, critical_steps=critical_steps)
+    # step 6 is a save step too: Trainer set should_save before the log
+    control = SimpleNamespace(should_log=True, should_save=True, should_training_stop=False)
+    state = SimpleNamespace(global_step=6, max_steps=10)
+    callback.on_log(SimpleNamespace(world_size=1), state, control, logs={"loss": math.nan, "grad_norm": math.nan})
+    return folder, callback, control
+
+
+def test_a_nan_stops_without_saving_the_blown_up_weights_and_names_the_checkpoint_before(tmp_path):
+    folder, callback, control = _log_nan(tmp_path, 3)
+    assert callback.stopped_by == "doctor" and control.should_training_stop
+    assert control.should_save is False  # this step's update may have written NaN into the weights
+    reason = folder.read_status()["reason"]
+    assert "Stopped by the doctor at grpo step 6" in reason and "NaN" in reason
+    assert "resume from checkpoint-4 (step 4), the last checkpoint before the NaN" in reason
+    assert "divide the learning rate by 10" in reason
+
+
+def test_without_the_option_a_nan_still_fails_the_job(tmp_path):
+    from grpo_playground.training.callbacks import NaNError
+
+    with pytest.raises(NaNError):
+        _log_nan(tmp_path, None)
