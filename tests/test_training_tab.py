@@ -322,14 +322,16 @@ def test_sandbox_gets_the_runs_own_rewards_tags_and_scaling(tmp_path, monkeypatc
 
     monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
     cfg = apply_overrides(load_recipe(ROOT / "recipes" / "tiny-cpu.yaml"),
-                          ["grpo.scale_rewards=none", "rewards.gate_on_format=true", "grpo.max_completion_length=200"])
+                          ["grpo.scale_rewards=none", "rewards.gate_on_format=true", "grpo.max_completion_length=200",
+                           "rewards.cosine_max_len=500"])
     (tmp_path / "r1").mkdir()
     (tmp_path / "r1" / "recipe.yaml").write_text(dump_recipe(cfg))
     settings = sandbox_settings("r1")
     assert settings["weights"] == cfg.rewards.weights and "check_answer_strict_nomatch" in settings["weights"]
     assert settings["tags"]["solution_start"] == "<SOLUTION>" and settings["scale"] == "none"
     # the gate and the length limit change the scores of gated and soft_overlong rewards: the run's, not defaults
-    assert settings["gate"] is True and settings["max_completion_length"] == 200
+    assert settings["gate_on_format"] is True and settings["max_completion_length"] == 200
+    assert settings["cosine_max_len"] == 500 and settings["repetition_n_grams"] == 3
     (tmp_path / "r2").mkdir()
     (tmp_path / "r2" / "recipe.yaml").write_text("grpo: [not, a, mapping\n")
     assert sandbox_settings("r2") is None  # a broken recipe keeps the sandbox's own settings

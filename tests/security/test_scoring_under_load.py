@@ -17,7 +17,7 @@ import pytest
 from grpo_playground.rewards import custom
 from grpo_playground.rewards.equivalence import EQUIVALENT, REQUEST_BUDGET_S, VERIFY_TIMEOUT_S, _pool
 from grpo_playground.tags import DEFAULT_TAGS
-from grpo_playground.ui.sandbox_tab import NAMES, score_table
+from grpo_playground.ui.sandbox_tab import NAMES, knob_defaults, score_table
 
 TOWER = "<start_working_out>big<end_working_out><SOLUTION>$9^{9^{9^{9}}}$</SOLUTION>"  # > 2 s in sympy
 GOOD = "<start_working_out>6 x 7<end_working_out><SOLUTION>42</SOLUTION>"
@@ -25,8 +25,8 @@ LOOP = "def reward(completions, answer, **kwargs):\n    while True:\n        pas
 
 
 def score(completions: list[str], enabled: list[str], code: str = "", tags=tuple(DEFAULT_TAGS.as_list())) -> dict:
-    return score_table("\n---\n".join(completions), "42", enabled, "group", *tags, code, "", False, 1024,
-                       *[1.0] * len(NAMES))
+    return score_table("\n---\n".join(completions), "42", enabled, "group", *tags, code, "",
+                       *knob_defaults().values(), *[1.0] * len(NAMES))
 
 
 @pytest.fixture(scope="module", autouse=True)

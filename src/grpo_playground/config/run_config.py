@@ -320,9 +320,14 @@ class RewardSettings:
         label="Repetition max penalty"))
 
     def shaping(self, max_completion_length: int):
-        """The knobs the shaped rewards read, with the GRPO stage's completion limit (soft_overlong's)."""
+        """The knobs the shaped rewards read, with the GRPO stage's completion limit (soft_overlong's); a buffer that
+        does not fit under the limit is refused while soft_overlong is on."""
         from grpo_playground.rewards.shaping import Shaping
 
+        if self.weights.get("soft_overlong") and self.overlong_buffer >= max_completion_length:
+            raise ConfigError("rewards.overlong_buffer", self.overlong_buffer,
+                              f"must stay below grpo.max_completion_length ({max_completion_length}) for "
+                              "soft_overlong: a quarter of it is a usual choice")
         return Shaping(self.gate_on_format, max_completion_length, self.overlong_buffer, self.cosine_max_len,
                        self.repetition_n_grams, self.repetition_max_penalty)
 
@@ -339,6 +344,12 @@ class RewardSettings:
                                   f"unknown reward{_did_you_mean(name, REWARDS)}; registered: {', '.join(REWARDS)}")
             _check_range(f"{prefix}.weights.{name}", weight, -MAX_ABS_WEIGHT, MAX_ABS_WEIGHT,
                          "a weight past that overflows the group's mean")
+        self.validate_knobs(prefix)
+
+    def validate_knobs(self, prefix: str = "rewards") -> None:
+        """The shaped rewards' knobs (the Reward sandbox checks its own boxes with this too)."""
+        from grpo_playground.rewards.guard import MAX_ABS_WEIGHT
+
         _check_range(f"{prefix}.overlong_buffer", self.overlong_buffer, 1, None)
         _check_range(f"{prefix}.cosine_max_len", self.cosine_max_len, 1, None)
         _check_range(f"{prefix}.repetition_n_grams", self.repetition_n_grams, 1, 16)
@@ -427,11 +438,7 @@ class RunConfig:
             raise ConfigError("grpo.max_completion_length", self.grpo.max_completion_length,
                               f"must stay below model.max_seq_length ({self.model.max_seq_length}) to leave room "
                               "for the prompt: lower it or raise max_seq_length")
-        overlong = self.rewards.weights.get("soft_overlong")
-        if overlong and self.rewards.overlong_buffer >= self.grpo.max_completion_length:
-            raise ConfigError("rewards.overlong_buffer", self.rewards.overlong_buffer,
-                              f"must stay below grpo.max_completion_length ({self.grpo.max_completion_length}) for "
-                              "soft_overlong: a quarter of it is a usual choice")
+        self.rewards.shaping(self.grpo.max_completion_length)  # soft_overlong's buffer fits under the limit
         return self
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import gradio as gr
 import pandas as pd
@@ -32,6 +32,7 @@ from grpo_playground.rewards import (
     score_group,
 )
 from grpo_playground.rewards.scoring_request import check_gold, scoring_request
+from grpo_playground.config import RewardSettings
 from grpo_playground.rewards.shaping import DEFAULT_SHAPING
 from grpo_playground.tags import DEFAULT_TAGS, Tags
 from grpo_playground.ui.sandbox_input import MAX_PASTE_CHARS, join_group, read_completions_file, split_group
@@ -73,8 +74,11 @@ def _custom_scores(code: str, completions: list[str], answer: str) -> list[float
 
 
 # The inputs of every handler, in order; the names are what gradio_client callers pass as keywords.
+# the shaped rewards' knobs, named as their recipe keys (rewards.<name>; the limit is grpo.max_completion_length)
+KNOB_NAMES = ["gate_on_format", "max_completion_length", "overlong_buffer", "cosine_max_len", "repetition_n_grams",
+              "repetition_max_penalty"]
 INPUT_NAMES = ["completions_text", "answer", "enabled", "scale", *DEFAULT_TAGS.to_dict(), "custom_code",
-               "owner_token", "gate_on_format", "max_completion_length", *(f"weight_{n}" for n in NAMES)]
+               "owner_token", *KNOB_NAMES, *(f"weight_{n}" for n in NAMES)]
 
 
 def _named_inputs(fn):
@@ -85,8 +89,30 @@ def _named_inputs(fn):
     return fn
 
 
+def _number(name: str, value, whole: bool = True):
+    """A knob's box as a number (a script may send anything), or the error naming the box."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (whole and value != int(value)):
+        raise RewardInputError(f"{name} {value!r}: give a {'whole ' if whole else ''}number")
+    return int(value) if whole else float(value)
+
+
+def shaping_from(chosen: dict, gate, max_completion_length, overlong_buffer, cosine_max_len, n_grams, max_penalty):
+    """The knobs as a recipe's `rewards:` section holds them, checked by the same rules (errors name the key)."""
+    limit = _number("max completion length", max_completion_length)
+    if not 1 <= limit <= MAX_COMPLETION_TOKENS:
+        raise RewardInputError(f"max completion length {limit}: give the run's grpo.max_completion_length in "
+                               f"tokens, 1 to {MAX_COMPLETION_TOKENS}")
+    settings = RewardSettings(dict(chosen), gate_on_format=bool(gate),
+                              overlong_buffer=_number("overlong buffer", overlong_buffer),
+                              cosine_max_len=_number("cosine max length", cosine_max_len),
+                              repetition_n_grams=_number("repetition n-gram size", n_grams),
+                              repetition_max_penalty=_number("repetition max penalty", max_penalty, whole=False))
+    settings.validate_knobs()
+    return settings.shaping(limit)
+
+
 def compute(completions_text, answer, enabled, scale, rs, re_, ss, se, code, token, gate, max_completion_length,
-            *weights) -> tuple[GroupScore, DesignReport]:
+            overlong_buffer, cosine_max_len, n_grams, max_penalty, *weights) -> tuple[GroupScore, DesignReport]:
     """Everything the tab and the API show; bad input raises RewardInputError / ValueError with the fix."""
     if code and code.strip():  # running code is the owner's: checked before anything a stranger sent is read
         try:
@@ -94,16 +120,11 @@ def compute(completions_text, answer, enabled, scale, rs, re_, ss, se, code, tok
         except PermissionError as exc:
             raise RewardInputError(str(exc)) from None
     tags = Tags(rs, re_, ss, se)
-    if not isinstance(max_completion_length, (int, float)) or not 1 <= max_completion_length <= MAX_COMPLETION_TOKENS:
-        raise RewardInputError(f"max completion length {max_completion_length!r}: give the run's "
-                               f"grpo.max_completion_length in tokens, 1 to {MAX_COMPLETION_TOKENS}")
-    # the recipe's other knobs at their defaults; the limit and the gate are the ones that change scores most
-    shaping = replace(DEFAULT_SHAPING, gate_on_format=bool(gate), max_completion_length=int(max_completion_length),
-                      overlong_buffer=min(DEFAULT_SHAPING.overlong_buffer, max(int(max_completion_length) // 4, 1)))
     chosen = {name: w for name, w in zip(NAMES, weights) if name in (enabled or [])}
     for name in chosen:
         if chosen[name] is None:
             raise RewardInputError(f"weight of {name} is empty: give a number such as 1.0")
+    shaping = shaping_from(chosen, gate, max_completion_length, overlong_buffer, cosine_max_len, n_grams, max_penalty)
     completions = split_group(completions_text or "")
     answers = gold_answers(answer, len(completions), chosen)
     if code and code.strip() and len(answers) > 1:
@@ -199,6 +220,30 @@ def upload_file(path):
     return join_group(completions), answer if answer is not None else gr.update()
 
 
+def knob_defaults() -> dict:
+    """KNOB_NAMES -> the recipe's defaults (RewardSettings') and grpo.max_completion_length's."""
+    settings = RewardSettings()
+    return {"gate_on_format": settings.gate_on_format, "max_completion_length": DEFAULT_SHAPING.max_completion_length,
+            **{name: getattr(settings, name) for name in KNOB_NAMES[2:]}}
+
+
+def _knob_boxes() -> dict:
+    """The gate and the limit in view; the shaped rewards' other knobs folded (their defaults are open-r1's)."""
+    values = knob_defaults()
+    with gr.Row():
+        gate = gr.Checkbox(values["gate_on_format"], label="gate correctness on format", elem_id="sandbox-gate",
+                           info="rewards.gate_on_format: answer checks count only when the strict format matches, "
+                                "else score their lowest value")
+        limit = gr.Number(values["max_completion_length"], precision=0, minimum=1, maximum=MAX_COMPLETION_TOKENS,
+                          label="max completion length (tokens)",
+                          info="grpo.max_completion_length, the limit soft_overlong punishes near")
+    with gr.Accordion("Knobs of cosine_scaled, soft_overlong, repetition_penalty", open=False):
+        with gr.Row():
+            boxes = {name: gr.Number(values[name], precision=None if name == "repetition_max_penalty" else 0,
+                                     label=f"rewards.{name}", min_width=140) for name in KNOB_NAMES[2:]}
+    return {"gate_on_format": gate, "max_completion_length": limit, **boxes}
+
+
 def _registry_table() -> str:
     rows = [f"| `{s.name}` | {s.score_range[0]:g} .. {s.score_range[1]:g} | {s.description} {s.notes} |"
             for s in REWARDS.values()]
@@ -235,13 +280,12 @@ class SandboxInputs:
     weights: dict[str, gr.Number]  # reward name -> its weight box
     scale: gr.Radio
     tags: dict[str, gr.Textbox]  # Tags field -> its box
-    gate: gr.Checkbox
-    max_completion_length: gr.Number
+    knobs: dict[str, gr.components.Component]  # KNOB_NAMES -> its box (gate_on_format: a checkbox)
 
 
 def create_sandbox_tab() -> SandboxInputs:
     initial = score_view(join_group(EXAMPLE_GROUP), EXAMPLE_ANSWER, list(DEFAULT_WEIGHTS), "group",
-                         *DEFAULT_TAGS.as_list(), "", "", False, DEFAULT_SHAPING.max_completion_length,
+                         *DEFAULT_TAGS.as_list(), "", "", *knob_defaults().values(),
                          *(DEFAULT_WEIGHTS.get(n, 1.0) for n in NAMES))
     gr.Markdown(
         "Paste real completions of your model (one, or a group separated by lines `---`) and the gold answer. "
@@ -270,13 +314,7 @@ def create_sandbox_tab() -> SandboxInputs:
                                for n in NAMES]
                 scale = gr.Radio(list(SCALE_MODES), value="group", label="advantage scaling",
                                  info="group: (r - mean) / (std + 1e-4), TRL's default; none: r - mean (Dr. GRPO)")
-                with gr.Row():
-                    gate = gr.Checkbox(False, label="gate correctness on format", elem_id="sandbox-gate",
-                                       info="rewards.gate_on_format: answer checks count only when the strict format "
-                                            "matches, else score their lowest value")
-                    max_len = gr.Number(DEFAULT_SHAPING.max_completion_length, precision=0, minimum=1,
-                                        maximum=MAX_COMPLETION_TOKENS, label="max completion length (tokens)",
-                                        info="grpo.max_completion_length, the limit soft_overlong punishes near")
+                knobs = _knob_boxes()
             with gr.Accordion("What each reward scores", open=False):
                 gr.Markdown(_registry_table())
             with gr.Accordion("Custom reward (Python)", open=False):
@@ -291,7 +329,7 @@ def create_sandbox_tab() -> SandboxInputs:
             details = gr.HTML(initial[2], elem_id="sandbox-details")
             score_button = gr.Button("score", visible=False)
 
-    inputs = [completions, answer, enabled, scale, *tag_boxes, code, token, gate, max_len, *weights]
+    inputs = [completions, answer, enabled, scale, *tag_boxes, code, token, *knobs.values(), *weights]
     # Scoring has its own pool of event slots: a request that waits on math-verify or custom code (blocked,
     # not computing) must not hold one of the app's few default slots while cheap requests queue behind it.
     scoring = {"concurrency_id": "score", "concurrency_limit": SCORE_CONCURRENCY}
@@ -302,4 +340,4 @@ def create_sandbox_tab() -> SandboxInputs:
     score_button.click(score_table, inputs, [table], api_name="score", **scoring)
     upload.upload(upload_file, upload, [completions, answer], api_visibility="private")
     return SandboxInputs(completions, answer, enabled, dict(zip(NAMES, weights)), scale,
-                         dict(zip(DEFAULT_TAGS.to_dict(), tag_boxes)), gate, max_len)
+                         dict(zip(DEFAULT_TAGS.to_dict(), tag_boxes)), knobs)

@@ -11,7 +11,7 @@ from grpo_playground.config import load_recipe
 from grpo_playground.run_layout import RECIPE_FILE
 from grpo_playground.rewards import one_group_scale
 from grpo_playground.ui import run_views
-from grpo_playground.ui.sandbox_tab import SandboxInputs
+from grpo_playground.ui.sandbox_tab import KNOB_NAMES, SandboxInputs
 
 # The table scrolls inside its own box: a 2,000-character completion no longer stretches the page (a cell shows its
 # start and its end: run_views.completion_cell).
@@ -52,8 +52,8 @@ def sandbox_settings(run_id: str | None) -> dict | None:
     except (OSError, ValueError):  # an unreadable or hand-broken recipe: keep the sandbox's settings
         return None
     return {"weights": dict(cfg.rewards.weights), "tags": cfg.rewards.tags.to_dict(),
-            "scale": one_group_scale(cfg.grpo.scale_rewards), "gate": cfg.rewards.gate_on_format,
-            "max_completion_length": cfg.grpo.max_completion_length}
+            "scale": one_group_scale(cfg.grpo.scale_rewards), "max_completion_length": cfg.grpo.max_completion_length,
+            **{name: getattr(cfg.rewards, name) for name in KNOB_NAMES if name != "max_completion_length"}}
 
 
 def link_to_sandbox(samples: SamplesPart, view: gr.State, sandbox: SandboxInputs, tabs: gr.Tabs) -> None:
@@ -73,12 +73,11 @@ def link_to_sandbox(samples: SamplesPart, view: gr.State, sandbox: SandboxInputs
             out.update({box: weights[name] for name, box in sandbox.weights.items() if name in weights})
             out.update({box: settings["tags"][field] for field, box in sandbox.tags.items() if field in settings["tags"]})
             out[sandbox.scale] = settings["scale"]
-            out[sandbox.gate] = settings["gate"]
-            out[sandbox.max_completion_length] = settings["max_completion_length"]
+            out.update({box: settings[name] for name, box in sandbox.knobs.items()})
         return out
 
     outputs = [sandbox.completions, sandbox.answer, sandbox.enabled, *sandbox.weights.values(),
-               *sandbox.tags.values(), sandbox.scale, sandbox.gate, sandbox.max_completion_length, tabs]
+               *sandbox.tags.values(), sandbox.scale, *sandbox.knobs.values(), tabs]
     # then to the top of the page: the sandbox kept the Training tab's scroll and opened mid-page, its group summary
     # above the viewport
     samples.to_sandbox.click(open_group, view, outputs, api_visibility="private").then(
