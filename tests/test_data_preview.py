@@ -66,6 +66,7 @@ def test_preview_cuts_a_long_cell(client, tmp_path):
     assert len(row["prompt"]) < MAX_FIELD_CHARS + 100
 
 
+@pytest.mark.slow  # the missing file is found by the child process
 def test_preview_errors_name_the_fix(client, tmp_path):
     from gradio_client.exceptions import AppError
 
