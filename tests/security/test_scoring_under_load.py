@@ -28,7 +28,7 @@ from grpo_playground.rewards.equivalence import (
 from grpo_playground.rewards.group import COULD_NOT_SCORE
 from grpo_playground.tags import DEFAULT_TAGS
 from grpo_playground.ui.sandbox_render import render_details, render_report
-from grpo_playground.ui.sandbox_tab import NAMES, score_table
+from grpo_playground.ui.sandbox_tab import NAMES, knob_defaults, score_table
 
 TOWER = "<start_working_out>big<end_working_out><SOLUTION>$9^{9^{9^{9}}}$</SOLUTION>"  # > 2 s in sympy
 GOOD = "<start_working_out>6 x 7<end_working_out><SOLUTION>42</SOLUTION>"
@@ -38,8 +38,8 @@ LOOP = "def reward(completions, answer, **kwargs):\n    while True:\n        pas
 def score(completions: list[str], enabled: list[str], code: str = "", tags=tuple(DEFAULT_TAGS.as_list()),
           visitor: str = "127.0.0.1") -> dict:
     """The /score handler as Gradio calls it for a visitor at address `visitor`."""
-    return score_table("\n---\n".join(completions), "42", enabled, "group", *tags, code, "", *[1.0] * len(NAMES),
-                       visit_from(visitor))
+    return score_table("\n---\n".join(completions), "42", enabled, "group", *tags, code, "",
+                       *knob_defaults().values(), *[1.0] * len(NAMES), visit_from(visitor))
 
 
 def visit_from(address: str) -> SimpleNamespace:

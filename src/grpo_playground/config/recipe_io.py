@@ -62,6 +62,10 @@ def config_from_dict(data: dict) -> RunConfig:
         raise ConfigError("recipe", type(data).__name__, "a recipe is a mapping of sections (model:, data:, ...)")
     data = _lift_run_section(data)
     top_keys = {*run_keys(), RUN_SECTION, *SECTIONS}
+    unknown = _unknown_keys(data)
+    if len(unknown) > 1:  # one at a time cost a user an upload per typo; a single one gets the detailed error below
+        raise ConfigError("recipe", unknown, f"{len(unknown)} unknown keys: " + "; ".join(unknown)
+                          + ". Fix or remove each")
     for key in data:
         if key not in top_keys:
             raise ConfigError(key, data[key], f"unknown section{_did_you_mean(key, top_keys)}; "
@@ -105,6 +109,21 @@ def _section_values(section: str, cls, raw: dict) -> dict:
             raise ConfigError(f"{section}.{key}", value, f"unknown key{_did_you_mean(str(key), [*named, *trl])}; "
                                                          f"valid: {', '.join(sorted(named))}{where}")
     return values
+
+
+def _unknown_keys(data: dict) -> list[str]:
+    """Every key of a recipe that RunConfig lacks (a renamed TRL key and any TRL field of sft:/grpo: count as
+    known), each with the closest name."""
+    top = {*run_keys(), RUN_SECTION, *SECTIONS}
+    unknown = [f"{key}{_did_you_mean(str(key), top)}" for key in data if key not in top]
+    for section in SECTIONS:
+        raw = data.get(section)
+        named, trl = section_keys(section)
+        valid = {*named, *trl, *(PRODUCT_KEYS if section in TRL_CLASSES else ())}
+        if isinstance(raw, dict):
+            unknown += [f"{section}.{key}{_did_you_mean(str(key), valid)}" for key in raw
+                        if key not in valid and RENAMED_KEYS.get(key) not in valid]
+    return unknown
 
 
 def _lift_run_section(data: dict) -> dict:

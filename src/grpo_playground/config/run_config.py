@@ -308,6 +308,33 @@ class RewardSettings:
         "Enabled reward functions (names from the rewards registry) and their weights; GRPO sums them."))
     tags: Tags = field(default_factory=Tags, metadata=_help(
         "The four format tags, shared by the data, the chat template and the rewards."))
+    gate_on_format: bool = field(default=False, metadata=_help(
+        "Answer-checking rewards count only when the strict format matches; otherwise they score their lowest "
+        "value, so a completion that fails the format never beats a wrong answer (open-instruct's gated reward).",
+        label="Gate correctness on format"))
+    overlong_buffer: int = field(default=256, metadata=_help(
+        "soft_overlong: tokens before grpo.max_completion_length where the punishment starts (DAPO's cache).",
+        label="Overlong buffer (tokens)"))
+    cosine_max_len: int = field(default=1000, metadata=_help(
+        "cosine_scaled: the length in characters where a correct answer's reward has fallen to its lowest (0.5).",
+        label="Cosine max length (characters)"))
+    repetition_n_grams: int = field(default=3, metadata=_help(
+        "repetition_penalty: the n-gram size (words) whose repeats are counted.", label="Repetition n-gram size"))
+    repetition_max_penalty: float = field(default=-1.0, metadata=_help(
+        "repetition_penalty: the score of a completion that is one n-gram repeated (<= 0).",
+        label="Repetition max penalty"))
+
+    def shaping(self, max_completion_length: int):
+        """The knobs the shaped rewards read, with the GRPO stage's completion limit (soft_overlong's); a buffer that
+        does not fit under the limit is refused while soft_overlong is on."""
+        from grpo_playground.rewards.shaping import Shaping
+
+        if self.weights.get("soft_overlong") and self.overlong_buffer >= max_completion_length:
+            raise ConfigError("rewards.overlong_buffer", self.overlong_buffer,
+                              f"must stay below grpo.max_completion_length ({max_completion_length}) for "
+                              "soft_overlong: a quarter of it is a usual choice")
+        return Shaping(self.gate_on_format, max_completion_length, self.overlong_buffer, self.cosine_max_len,
+                       self.repetition_n_grams, self.repetition_max_penalty)
 
     def validate(self, prefix: str = "rewards") -> None:
         from grpo_playground.rewards import REWARDS
@@ -322,6 +349,31 @@ class RewardSettings:
                                   f"unknown reward{_did_you_mean(name, REWARDS)}; registered: {', '.join(REWARDS)}")
             _check_range(f"{prefix}.weights.{name}", weight, -MAX_ABS_WEIGHT, MAX_ABS_WEIGHT,
                          "a weight past that overflows the group's mean")
+        self.validate_knobs(prefix)
+
+    def validate_knobs(self, prefix: str = "rewards") -> None:
+        """The shaped rewards' knobs (the Reward sandbox checks its own boxes with this too)."""
+        from grpo_playground.rewards.guard import MAX_ABS_WEIGHT
+
+        _check_range(f"{prefix}.overlong_buffer", self.overlong_buffer, 1, None)
+        _check_range(f"{prefix}.cosine_max_len", self.cosine_max_len, 1, None)
+        _check_range(f"{prefix}.repetition_n_grams", self.repetition_n_grams, 1, 16)
+        _check_range(f"{prefix}.repetition_max_penalty", self.repetition_max_penalty, -MAX_ABS_WEIGHT, 0.0,
+                     "a penalty is negative or 0, as open-r1's")
+
+
+@dataclass
+class DoctorSettings:
+    stop_on_critical: bool = field(default=False, metadata=_help(
+        "Stop the stage with a checkpoint when more steps cannot help: loss or gradient NaN, every group with zero "
+        "reward variance, or every completion truncated, for doctor.critical_steps logged steps in a row. The run "
+        "says which step to resume from and which setting to turn.", label="Stop on critical"))
+    critical_steps: int = field(default=3, metadata=_help(
+        "Logged steps in a row a zero-variance or truncation condition must hold before the run stops "
+        "(3 at logging_steps 5 = 15 steps; NaN stops at once).", label="Critical for logged steps"))
+
+    def validate(self, prefix: str = "doctor") -> None:
+        _check_range(f"{prefix}.critical_steps", self.critical_steps, 1, 1000)
 
 
 @dataclass
@@ -375,7 +427,7 @@ PRODUCT_KEYS = {
 TRL_OPTIONS = "trl_options"  # the stages' field that holds the TRL fields the product does not name
 
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "lora": LoraSettings, "sft": SFTStage, "grpo": GRPOStage,
-            "rewards": RewardSettings, "tracking": Tracking, "hardware": Hardware}
+            "rewards": RewardSettings, "doctor": DoctorSettings, "tracking": Tracking, "hardware": Hardware}
 
 
 @dataclass
@@ -387,6 +439,8 @@ class RunConfig:
     sft: SFTStage = field(default_factory=SFTStage, metadata=_help("Stage 1: supervised fine-tuning on the format."))
     grpo: GRPOStage = field(default_factory=GRPOStage, metadata=_help("Stage 2: GRPO on correctness."))
     rewards: RewardSettings = field(default_factory=RewardSettings, metadata=_help("Reward functions and tags."))
+    doctor: DoctorSettings = field(default_factory=DoctorSettings, metadata=_help(
+        "The doctor's watch over the metrics: may it stop a run that cannot recover?"))
     tracking: Tracking = field(default_factory=Tracking, metadata=_help("Experiment tracking (SwanLab)."))
     hardware: Hardware = field(default_factory=Hardware, metadata=_help("Processes and threads."))
 
@@ -401,6 +455,7 @@ class RunConfig:
             raise ConfigError("grpo.max_completion_length", self.grpo.max_completion_length,
                               f"must stay below model.max_seq_length ({self.model.max_seq_length}) to leave room "
                               "for the prompt: lower it or raise max_seq_length")
+        self.rewards.shaping(self.grpo.max_completion_length)  # soft_overlong's buffer fits under the limit
         return self
 
 

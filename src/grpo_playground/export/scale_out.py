@@ -20,7 +20,7 @@ import json
 import os
 import shlex
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grpo_playground.config import RunConfig
@@ -205,11 +205,13 @@ it, with `regex`).
 """
 
 from grpo_playground.rewards.portable import PortableRewards
+from grpo_playground.rewards.shaping import Shaping
 from grpo_playground.tags import Tags
 
 REWARDS = PortableRewards(weights={weights!r},
                           tags=Tags(**{s.cfg.rewards.tags.to_dict()!r}),
-                          end_markers={s.end_markers!r})
+                          end_markers={s.end_markers!r},
+                          shaping=Shaping(**{asdict(s.cfg.rewards.shaping(s.cfg.grpo.max_completion_length))!r}))
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from grpo_playground.rewards.guard import MAX_ABS_SCORE, RewardInputError, bounded_number, charge, check_request
 from grpo_playground.rewards.patterns import completion_text, patterns_for
 from grpo_playground.rewards.registry import DEFAULT_WEIGHTS, REWARDS, get_reward_funcs
+from grpo_playground.rewards.shaping import DEFAULT_SHAPING, Shaping
 from grpo_playground.tags import DEFAULT_TAGS, Tags
 
 SCALE_MODES = ("group", "none")
@@ -143,6 +144,7 @@ def score_group(
     tags: Tags = DEFAULT_TAGS,
     scale: str = "group",
     extra_scores: Mapping[str, list[float]] | None = None,
+    shaping: Shaping = DEFAULT_SHAPING,
 ) -> GroupScore:
     """Score a group against one gold answer, or one per completion (a list, as TRL passes a dataset column).
     `extra_scores` (e.g. a custom reward) join the total with weight 1."""
@@ -153,7 +155,7 @@ def score_group(
         raise RewardInputError(f"{len(answers)} gold answers for {len(texts)} completions: give one, or one each")
     for gold in answers:
         check_request(texts, gold)
-    funcs, ws = get_reward_funcs(weights, tags)
+    funcs, ws = get_reward_funcs(weights, tags, shaping)
     names = [f.__name__ for f in funcs]
     extra = {}
     for name, values in (extra_scores or {}).items():

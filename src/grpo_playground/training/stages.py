@@ -27,15 +27,21 @@ class StageResult:
     stage: str
     steps: int
     seconds: float
-    stopped_by: str  # "" (ran to the end), "stop" (a stop request) or "time" (its time budget)
+    stopped_by: str  # "" (ran to the end), "stop" (a stop request), "time" (its time budget), "doctor" (a critical)
+
+
+def critical_steps(cfg: RunConfig) -> int | None:
+    """The doctor's stop window when the recipe lets it stop the run (doctor.stop_on_critical), else None."""
+    return cfg.doctor.critical_steps if cfg.doctor.stop_on_critical else None
 
 
 def training_rows(cfg: RunConfig, tokenizer, stage: str, folder: RunFolder):
     """The stage's dataset: normalized examples -> rendered prompt (and SFT completion) strings."""
     from grpo_playground.data import load_examples, to_hf_dataset
     from grpo_playground.data.chat_template import render_examples
+    from grpo_playground.data.preview import stage_source
 
-    spec, n = (cfg.data.sft_source, cfg.data.n_sft) if stage == "sft" else (cfg.data.grpo_source, cfg.data.n_grpo)
+    spec, n = stage_source(cfg, stage)  # the Training tab's data preview reads the same source
     loaded = load_examples(spec, n=n, tags=cfg.rewards.tags, with_solution=stage == "sft", seed=cfg.data.seed)
     folder.log(f"{stage} data {spec}: {loaded.summary()}")
     return to_hf_dataset(render_examples(loaded.examples, tokenizer, cfg.rewards.tags, cfg.data.prefill_reasoning))
@@ -81,7 +87,7 @@ def _train(trainer, folder: RunFolder, stage: str, resume: bool, callback: RunCa
     started = time.time()
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     seconds = time.time() - started
-    if not callback.stopped_by == "stop" and trainer.accelerator.is_main_process:
+    if callback.stopped_by not in ("stop", "doctor") and trainer.accelerator.is_main_process:
         target = folder.adapter(stage)
         # Only the trained adapter: TRL may have added a frozen "ref" copy for the KL term.
         trainer.model.save_pretrained(str(target), selected_adapters=["default"])
@@ -117,7 +123,7 @@ def run_sft(cfg: RunConfig, folder: RunFolder, policy: Policy, tracker, history:
     dataset = training_rows(cfg, policy.tokenizer, "sft", folder)
     args = sft_config(cfg, folder, policy)
     timer = StepTimer(cuda_sync())
-    callback = RunCallback(folder, "sft", tracker, history, None, cfg.sft.max_minutes, timer)
+    callback = RunCallback(folder, "sft", tracker, history, None, cfg.sft.max_minutes, timer, critical_steps(cfg))
     trainer = SFTTrainer(model=policy.model, args=args, train_dataset=dataset, processing_class=policy.tokenizer,
                          callbacks=[callback])
     timer.wrap(trainer, "training_step", "forward_backward")
@@ -151,14 +157,15 @@ def run_grpo(cfg: RunConfig, folder: RunFolder, policy: Policy, tracker, history
 
     g = cfg.grpo
     dataset = training_rows(cfg, policy.tokenizer, "grpo", folder)
-    funcs, weights = get_reward_funcs(cfg.rewards.weights, cfg.rewards.tags)
+    shaping = cfg.rewards.shaping(g.max_completion_length)
+    funcs, weights = get_reward_funcs(cfg.rewards.weights, cfg.rewards.tags, shaping)
     recorder = SampleRecorder(funcs, weights, g.num_generations, g.scale_rewards)
     args = grpo_config(cfg, folder, policy, list(weights))
     if args.use_vllm and policy.backend == "trl":
         # TRL's colocated engine must live in this process (external_launcher), not in vLLM's engine subprocess
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     timer = StepTimer(cuda_sync())
-    callback = RunCallback(folder, "grpo", tracker, history, recorder, g.max_minutes, timer)
+    callback = RunCallback(folder, "grpo", tracker, history, recorder, g.max_minutes, timer, critical_steps(cfg))
     # TRL + PEFT: the product's trainer (no forward twice, chunked log-probs, the chosen vLLM sync); Unsloth its own
     options = dict(logprobs=g.logprobs, weight_sync=g.weight_sync) if policy.backend == "trl" else {}
     # TRL's colocated engine starts in the trainer: alone on the GPU meanwhile (a chat server starting beside it

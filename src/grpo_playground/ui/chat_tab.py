@@ -346,7 +346,10 @@ def create_chat_tab() -> dict:
             with gr.Column():
                 pickers.append(gr.Dropdown(choices, value=default if slot == 0 else "", label=f"Checkpoint {slot + 1}",
                                            allow_custom_value=True, elem_id=f"chat-model-{slot + 1}"))
-                chatbots.append(gr.Chatbot(label=pane_title(default if slot == 0 else "", slot), height=420,
+                # empty panes small, growing with the replies: at 420 px fixed the question box and Send sat
+                # below the fold of a 1280x800 screen
+                chatbots.append(gr.Chatbot(label=pane_title(default if slot == 0 else "", slot), height=None,
+                                           min_height=200, max_height=480,
                                            elem_id=f"chat-bot-{slot + 1}",
                                            reasoning_tags=fold_tags(None)))
     with gr.Row():

@@ -98,9 +98,14 @@ def render_report(group: GroupScore | None, design: DesignReport | None, notes: 
         )
     if design is not None:
         if design.findings:
-            lines.append("**Reward design check** (about the weights, for any group; not this group's fix):")
-        for f in design.findings:
-            lines.append(f"{'⚠️ **Reward design:**' if f.severity == 'warning' else 'ℹ️'} {esc(f.message)}")
+            # one line, opened on demand: the default set's own warnings stood above every result (issue 39 item 5)
+            warnings = sum(f.severity == "warning" for f in design.findings)
+            count = f"{warnings} warning{'s' * (warnings != 1)}" if warnings else "notes"
+            items = "".join(f"<p>{'⚠️ <b>Reward design:</b>' if f.severity == 'warning' else 'ℹ️'} {esc(f.message)}</p>"
+                            for f in design.findings)
+            lines.append(f"<details id='sandbox-design'><summary>{'⚠️' if warnings else 'ℹ️'} <b>Reward design check"
+                         f"</b>: {count} about these weights, for any group, not this group's fix (open to read)"
+                         f"</summary>{items}</details>")
         if design.ok:
             lines.append("✔ Reward design check: no completion without a clean answer outscores a wrong one.")
     return "\n\n".join(lines)
