@@ -398,7 +398,8 @@ def test_the_budget_suite_keeps_a_rented_cards_22_gib_and_reports_the_plan_besid
 
     (lane,) = gpu_grpo.suite("budget")
     assert {s.budget_gib for s in lane} == {22} and len({s.label for s in lane}) == len(lane)
-    assert [(s.model, s.prompts, s.completion) for s in lane[:2]] == [("qwen3-1.7b-shape", 8, 512)] * 2
+    assert sorted((s.model, s.prompts, s.completion) for s in lane) == [("qwen3-1.7b-shape", 8, 512)] * 2 + [
+        ("qwen3-8b-shape", 1, 1024)] * 2
     for spec in lane:  # every row's recipe carries the budget to the job
         recipe = load_recipe(gpu_grpo.write_recipe(spec, "/models/m", tmp_path / f"{spec.label}.yaml"))
         assert recipe.hardware.gpu_memory_gib == 22

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BEFORE = json.loads((ROOT / "tests" / "fixtures" / "trl_args_by_recipe.json").read_text())
 # Real GRPOConfig fields (TRL 1.14.2) that the product's code and docs never name: no code change made them work.
 UNNAMED = {"importance_sampling_level": ("sequence", "sequence"), "off_policy_mask_threshold": ("0.25", 0.25),
-           "repetition_penalty": (1.1, 1.1)}
+           "epsilon_high": (0.28, 0.28)}
 
 
 def _policy():
@@ -200,6 +200,6 @@ def test_the_form_lists_the_other_trl_options_and_its_yaml_box_goes_into_the_rec
 def test_scale_out_says_which_trl_options_it_does_not_carry_to_verl_or_openrlhf():
     from grpo_playground.export.scale_out import _loss_notes
 
-    cfg = apply_overrides(RunConfig(), ["grpo.repetition_penalty=1.1"])
-    assert any("repetition_penalty" in note and "not written" in note for note in _loss_notes(cfg))
+    cfg = apply_overrides(RunConfig(), ["grpo.epsilon_high=0.28"])
+    assert any("epsilon_high" in note and "not written" in note for note in _loss_notes(cfg))
     assert not any("other TRL options" in note for note in _loss_notes(RunConfig()))

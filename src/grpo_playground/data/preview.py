@@ -15,6 +15,7 @@ import sys
 from dataclasses import asdict, dataclass
 
 from grpo_playground.config import RunConfig
+from grpo_playground.run_layout import TRAINED_STAGES
 
 PREVIEW_ROWS = 3
 MAX_PREVIEW_ROWS = 10
@@ -59,7 +60,7 @@ def preview(cfg: RunConfig, stage: str, rows: int = PREVIEW_ROWS) -> DataPreview
     from grpo_playground.data.chat_template import render_examples
     from grpo_playground.models import load_tokenizer
 
-    if stage not in ("sft", "grpo"):
+    if stage not in TRAINED_STAGES:
         raise ValueError(f"stage {stage!r}: preview the data of 'sft' or 'grpo'")
     if not 1 <= rows <= MAX_PREVIEW_ROWS:
         raise ValueError(f"rows={rows}: preview between 1 and {MAX_PREVIEW_ROWS} rows")
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m grpo_playground.data.preview", description=__doc__.split("\n")[0])
     parser.add_argument("recipe", help="recipe YAML")
-    parser.add_argument("--stage", default="grpo", choices=("sft", "grpo"))
+    parser.add_argument("--stage", default="grpo", choices=TRAINED_STAGES)
     parser.add_argument("--rows", type=int, default=PREVIEW_ROWS)
     args = parser.parse_args(argv)
     try:

@@ -16,6 +16,7 @@ from pathlib import Path
 from grpo_playground.child_process import job_env
 from grpo_playground.config import RunConfig, dump_recipe
 from grpo_playground.jobs.control import check_model_loads, check_owner
+from grpo_playground.run_layout import RECIPE_FILE, TRAINED_STAGES
 
 TIMEOUT_S = 120  # importing transformers and reading a tokenizer takes ~5-15 s on 2 busy cores
 MAX_OUTPUT_BYTES = 1_000_000  # the child cuts every text at 4,000 characters: 10 rows stay far under this
@@ -25,14 +26,14 @@ _ONE_AT_A_TIME = threading.Lock()
 def run_preview(config: RunConfig, stage: str, token: str | None = None, rows: int | None = None) -> dict:
     """The preview's JSON (`data.preview.DataPreview.to_dict()`), or a ValueError/RuntimeError saying what is wrong."""
     check_owner(token, "previewing data")
-    if stage not in ("sft", "grpo"):
+    if stage not in TRAINED_STAGES:
         raise ValueError(f"stage {stage!r}: preview the data of 'sft' or 'grpo'")
     check_model_loads(config)  # a hub id offline: said at once, not after the child's timeout
     if not _ONE_AT_A_TIME.acquire(blocking=False):
         raise RuntimeError("a data preview is already running: wait for it and press Preview again")
     try:
         with tempfile.TemporaryDirectory(prefix="preview-") as folder:
-            recipe = Path(folder) / "recipe.yaml"
+            recipe = Path(folder) / RECIPE_FILE
             recipe.write_text(dump_recipe(config), encoding="utf-8")
             command = [sys.executable, "-m", "grpo_playground.data.preview", str(recipe), "--stage", stage]
             if rows is not None:

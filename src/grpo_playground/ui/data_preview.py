@@ -9,6 +9,8 @@ from html import escape
 
 import gradio as gr
 
+from grpo_playground.run_layout import TRAINED_STAGES
+
 PREVIEW_ID = "training-data-preview"
 # exact text, wrapped inside the narrow column (a prompt's long lines ran out of the panel)
 PRE = "<pre style='white-space: pre-wrap; overflow-wrap: anywhere; margin: 4px 0 10px'>"
@@ -57,7 +59,7 @@ def build_preview() -> PreviewPart:
     with gr.Accordion("Data preview: the first rows as the model will see them", open=False,
                       elem_id="training-data-preview-box"):
         with gr.Row(equal_height=True):
-            stage = gr.Radio(["grpo", "sft"], value="grpo", label="Stage's data", scale=2,
+            stage = gr.Radio(list(reversed(TRAINED_STAGES)), value="grpo", label="Stage's data", scale=2,
                              info="grpo: data.grpo_source; sft: data.sft_source with its worked solutions")
             button = gr.Button("Preview data", scale=1, elem_id="training-data-preview-button")
         output = gr.HTML("<p>Press <b>Preview data</b>: the form's source, rendered by the form's model "
