@@ -28,7 +28,7 @@ SEED="python3 -m pipelines.experiments.seed_regime --recipe benchmarks/recipes/s
 # carries it in .carry/lease1 and every arm starts from it, its hash checked.
 GSM8K_DIR=$W/seed_gsm8k
 PILOTS=${PILOTS:-"--pilot recipe --pilot lr4e-5:grpo.learning_rate=4e-5 \
-  --pilot g4x32:grpo.num_generations=4,grpo.per_device_batch_size=128"}
+  --pilot g4x32:grpo.num_generations=4,grpo.per_device_train_batch_size=128"}
 SEEDG="python3 -m pipelines.experiments.seed_regime --recipe benchmarks/recipes/smollm2_seed_regime_gpu.yaml \
   --worked 'generator:train?levels=1-2' --answers gsm8k:$W/gsm8k/train.jsonl --n-answers 7000 --n-pilot 300 \
   --eval-data gsm8k:$W/gsm8k/test.jsonl --n-eval 1319 --eval-data-2 'generator:test?levels=1-2' --n-eval-2 600 \

@@ -211,7 +211,7 @@ def write_recipe(spec: RunSpec, location: str, path: Path) -> Path:
     g = cfg.grpo
     g.max_steps, g.learning_rate, g.beta, g.temperature = spec.steps, 1e-6, 0.04, 0.9
     g.num_generations, g.loss_type, g.max_completion_length = spec.generations, "dr_grpo", spec.completion
-    g.per_device_batch_size = spec.prompts * spec.generations // spec.num_gpus
+    g.per_device_train_batch_size = spec.prompts * spec.generations // spec.num_gpus
     g.logging_steps, g.save_steps, g.preflight_prompts, g.use_vllm = 1, 100000, 1, mode.use_vllm
     g.on_preflight_error = "continue"  # a speed benchmark times its steps even when the untrained model is out of format
     cfg.tracking.swanlab = "disabled"

@@ -135,7 +135,7 @@ def test_recipes_are_valid_product_recipes(tmp_path):
     spec = gpu_grpo.RunSpec("smollm2-135m", "unsloth-4bit", 1024, prompts=16, steps=4, num_gpus=2)
     cfg = load_recipe(gpu_grpo.write_recipe(spec, "smollm2-135m", tmp_path / "r.yaml"))
     assert (cfg.model.backend, cfg.model.load_in_4bit, cfg.model.fast_inference) == ("unsloth", True, False)
-    assert cfg.grpo.per_device_batch_size * cfg.hardware.num_gpus == 16 * 8
+    assert cfg.grpo.per_device_train_batch_size * cfg.hardware.num_gpus == 16 * 8
     assert cfg.grpo.max_completion_length == 1024 < cfg.model.max_seq_length
     assert not cfg.sft.enabled and cfg.tracking.swanlab == "disabled" and cfg.grpo.logging_steps == 1
     assert not cfg.data.register_tags  # vLLM's copy of the model must keep the vocabulary
@@ -398,7 +398,8 @@ def test_the_budget_suite_keeps_a_rented_cards_22_gib_and_reports_the_plan_besid
 
     (lane,) = gpu_grpo.suite("budget")
     assert {s.budget_gib for s in lane} == {22} and len({s.label for s in lane}) == len(lane)
-    assert [(s.model, s.prompts, s.completion) for s in lane[:2]] == [("qwen3-1.7b-shape", 8, 512)] * 2
+    assert sorted((s.model, s.prompts, s.completion) for s in lane) == [("qwen3-1.7b-shape", 8, 512)] * 2 + [
+        ("qwen3-8b-shape", 1, 1024)] * 2
     for spec in lane:  # every row's recipe carries the budget to the job
         recipe = load_recipe(gpu_grpo.write_recipe(spec, "/models/m", tmp_path / f"{spec.label}.yaml"))
         assert recipe.hardware.gpu_memory_gib == 22

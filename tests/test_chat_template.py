@@ -12,7 +12,7 @@ from grpo_playground.data.chat_template import (
     template_report,
     turn_end,
 )
-from grpo_playground.data.tag_tokens import qwen3_tokenizer_dir
+from offline_tokenizers import qwen3_tokenizer_dir
 from grpo_playground.tags import DEFAULT_TAGS, Tags
 
 ASSISTANT = "<|im_start|>assistant\n"

@@ -125,13 +125,13 @@ def test_bad_files_have_clear_errors(tmp_path):
 
 def test_generation_batch_adjusted_to_num_generations():
     cfg = RunConfig()
-    cfg.grpo.per_device_batch_size, cfg.grpo.num_generations = 1, 8
+    cfg.grpo.per_device_train_batch_size, cfg.grpo.num_generations = 1, 8
     per_device, note = cfg.grpo.generation_batch()
     assert per_device == 8 and "does not divide" in note
-    cfg.grpo.per_device_batch_size, cfg.grpo.gradient_accumulation_steps = 3, 2
+    cfg.grpo.per_device_train_batch_size, cfg.grpo.gradient_accumulation_steps = 3, 2
     per_device, note = cfg.grpo.generation_batch(num_processes=2)
     assert (per_device * 2 * 2) % 8 == 0 and per_device == 4
-    cfg.grpo.per_device_batch_size, cfg.grpo.gradient_accumulation_steps = 16, 1
+    cfg.grpo.per_device_train_batch_size, cfg.grpo.gradient_accumulation_steps = 16, 1
     assert cfg.grpo.generation_batch() == (16, "")
 
 
@@ -208,3 +208,15 @@ def test_a_bad_run_section_says_what_to_fix(tmp_path, capsys, text, words):
     assert words in capsys.readouterr().err
     with pytest.raises(ConfigError, match=re.escape("run.nam='x': unknown key (did you mean 'name'?)")):
         apply_overrides(RunConfig(), ["run.nam=x"])
+
+
+def test_every_unknown_key_is_named_at_once():
+    # issue 39 item 9: a recipe with three typos was refused three times, one key per upload
+    with pytest.raises(ConfigError) as info:
+        recipe_from_text("grpo:\n  learning_rat: 1e-5\n  num_generation: 4\nsft:\n  epochs: 2\nrewardz: {}\n")
+    message = str(info.value)
+    assert "3 unknown keys" in message
+    for key, close in (("grpo.learning_rat", "learning_rate"), ("grpo.num_generation", "num_generations"),
+                       ("rewardz", "rewards")):
+        assert key in message and f"did you mean '{close}'" in message
+    assert "sft.epochs" not in message  # an old name of a TRL key is still read (with its warning)

@@ -166,7 +166,7 @@ def test_the_exported_q4_k_m_answers_in_format_in_plain_llama_cpp_with_only_a_us
     exported chat template must supply the run's system prompt and the prefill itself."""
     from llama_cpp import Llama
 
-    from grpo_playground.data.tag_tokens import load_tokenizer_json
+    from offline_tokenizers import load_tokenizer_json
 
     report = json.loads((exported_format_run / "export.json").read_text())
     assert report["errors"] == [] and report["checks"]["answers_q4_k_m"]["in_format"] is True

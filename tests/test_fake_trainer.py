@@ -30,8 +30,8 @@ pytestmark = [pytest.mark.slow,  # the real trainer, in this process: TRL's impo
               pytest.mark.skipif(not TINY_READY, reason="assets/tiny is missing: python -m pipelines.build_tiny")]
 # the shipped tiny recipe, a few steps of each stage, a checkpoint every 2 SFT steps and every GRPO step
 OVERRIDES = ["tracking.swanlab=disabled", "data.n_sft=64", "data.n_grpo=16", "sft.max_steps=4", "sft.logging_steps=2",
-             "sft.save_steps=2", "sft.per_device_batch_size=8", "grpo.max_steps=2", "grpo.logging_steps=1",
-             "grpo.save_steps=1", "grpo.per_device_batch_size=8", "grpo.num_generations=4",
+             "sft.save_steps=2", "sft.per_device_train_batch_size=8", "grpo.max_steps=2", "grpo.logging_steps=1",
+             "grpo.save_steps=1", "grpo.per_device_train_batch_size=8", "grpo.num_generations=4",
              "grpo.max_completion_length=16", "grpo.preflight_prompts=1", "grpo.on_preflight_error=continue"]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -64,7 +65,8 @@ def test_the_plan_takes_the_first_saver_that_fits_and_says_what_it_changed():
 
 def test_a_smaller_micro_batch_keeps_the_effective_batch():
     cfg = recipe("qwen3-1.7b")
-    cfg = replace(cfg, grpo=replace(cfg.grpo, per_device_batch_size=16, num_generations=8, max_completion_length=1536),
+    cfg = replace(cfg, grpo=replace(cfg.grpo, per_device_train_batch_size=16, num_generations=8,
+                                    max_completion_length=1536),
                   model=replace(cfg.model, max_seq_length=2048, backend="trl"))
     shape = model_shape("qwen3-1.7b")
     roomy = plan_memory(cfg, shape, 500 * GIB, "trl", True).stage("grpo").settings
@@ -73,7 +75,7 @@ def test_a_smaller_micro_batch_keeps_the_effective_batch():
     assert s.micro_batch < roomy.micro_batch
     assert s.micro_batch * s.accumulation == roomy.micro_batch * roomy.accumulation
     planned = apply(cfg, plan, card_bytes=24 * GIB)
-    assert planned.grpo.per_device_batch_size == s.micro_batch
+    assert planned.grpo.per_device_train_batch_size == s.micro_batch
     assert planned.grpo.gradient_accumulation_steps == s.accumulation
     assert 0 < planned.model.gpu_memory_utilization <= plan.budget / (24 * GIB)
 
@@ -131,3 +133,45 @@ def test_shapes_come_from_a_local_folder_first_then_the_published_table(tmp_path
     assert model_shape("Qwen/Qwen3-4B")["num_hidden_layers"] == 36
     assert model_shape("tiny") == json.loads((TINY_DIR / "config.json").read_text())  # the embedded model's own
     assert model_shape(str(tmp_path)) is None
+
+
+MEASURED = Path(__file__).resolve().parents[1] / "results" / "gpu" / "h100_budget35" / "grpo_speed"  # issue 35's H100 lease
+
+
+def measured_rows():
+    """(recipe, log, result) of each finished row of the lease's `budget` suite."""
+    rows = []
+    for result_file in sorted((MEASURED / "results").glob("*.json")):
+        result = json.loads(result_file.read_text())
+        if result["state"] == "finished":
+            rows.append((MEASURED / "recipes" / f"{result_file.stem}.yaml",
+                         (MEASURED / "runs" / result_file.stem / "log.txt").read_text(), result))
+    return rows
+
+
+@pytest.mark.parametrize("row", measured_rows(), ids=lambda row: row[0].stem)
+def test_the_plan_bounds_the_peak_nvidia_smi_measured_on_the_gpu(row):
+    """The settings each GPU row ran (its log's `memory:` line), estimated by today's plan: at or above the peak
+    nvidia-smi recorded, and not so far above that a card's room is wasted. Fails with a 1 GiB CUDA-context term."""
+    from grpo_playground.memory_budget import ladder
+
+    recipe_file, log, result = row
+    cfg = load_recipe(recipe_file)
+    shape = model_shape("Qwen/Qwen3-1.7B" if "1.7b" in recipe_file.stem else "Qwen/Qwen3-8B")
+    backend = "unsloth" if "unsloth" in recipe_file.stem or cfg.model.backend == "unsloth" else "trl"
+    ran = [s for s, _ in ladder(cfg, "grpo", backend, True) if s.describe(True) in log]
+    assert len(ran) == 1, "the log names the settings the row ran with"
+    estimate = sum(stage_parts(cfg, shape, "grpo", ran[0], backend, True, card=int(79.18 * GIB))[0].values()) / GIB
+    assert result["smi_peak_gib"] <= estimate <= result["smi_peak_gib"] + 2.5, (estimate, result["smi_peak_gib"])
+
+
+def test_smaller_micro_batches_come_before_4bit_weights():
+    """4-bit weights make vLLM's rollouts 3.7x slower (the lease's 1.7B rows), so a 16-bit plan that fits by
+    halving the micro-batch is taken first; the seed's 8B, which no 16-bit micro-batch fits, still goes 4-bit."""
+    cfg = load_recipe(MEASURED / "recipes" / "qwen3-1.7b-shape_unsloth-vllm_L512_p8_g1_b22.yaml")
+    plan = plan_memory(cfg, model_shape("Qwen/Qwen3-1.7B"), 22 * GIB, "unsloth", True, stages=("grpo",))
+    grpo = plan.stage("grpo")
+    assert not grpo.settings.four_bit and grpo.settings.micro_batch < 32, grpo.settings
+    eight = recipe("qwen3-8b")
+    assert plan_memory(eight, model_shape(eight.model.name_or_path), 22 * GIB, "unsloth", True,
+                       stages=("grpo",)).stage("grpo").settings.four_bit

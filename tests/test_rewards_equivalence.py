@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 
@@ -34,7 +35,8 @@ def test_hostile_expression_is_cut_off_and_the_worker_recovers():
     start = time.monotonic()
     judged = answer_equivalence.judge(W + "<SOLUTION>9^9^9^9^9^9</SOLUTION>", "1")
     assert time.monotonic() - start < VERIFY_TIMEOUT_S + 5
-    assert judged.score == -3.0 and "stopped" in judged.reason
+    # no verdict on the answer, and saying so (the TRL path scores it -3.0: test_scoring_under_load.py)
+    assert math.isnan(judged.score) and judged.reason.startswith("could not score") and "stopped" in judged.reason
     assert answer_equivalence(None, [W + "<SOLUTION>42</SOLUTION>"], "42") == [5.0]
 
 

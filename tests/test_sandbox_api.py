@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -140,7 +141,10 @@ def _compute(code: str):
     from grpo_playground.tags import DEFAULT_TAGS
     from grpo_playground.ui.sandbox_tab import NAMES, compute
 
-    return compute(GROUP_TEXT, "42", ["check_answer"], "group", *DEFAULT_TAGS.as_list(), code, "", *[1.0] * len(NAMES))
+    from grpo_playground.ui.sandbox_tab import knob_defaults
+
+    return compute(GROUP_TEXT, "42", ["check_answer"], "group", *DEFAULT_TAGS.as_list(), code, "",
+                   *knob_defaults().values(), *[1.0] * len(NAMES))
 
 
 def test_custom_reward_joins_the_table_when_the_owner_enabled_it(monkeypatch):
@@ -209,3 +213,37 @@ def test_every_edit_is_scored_through_one_event_so_the_last_edit_wins(app_url):
                if report in d["outputs"] and any(event == "change" for _, event in d["targets"])]
     assert len(scorers) == 1 and scorers[0]["trigger_mode"] == "always_last"
     assert {target for target, _ in scorers[0]["targets"]} == set(scorers[0]["inputs"])
+
+
+def test_score_endpoint_offers_the_shaped_rewards_and_the_gate(client):
+    # issue 39 item 11: length, repetition and the format gate in the sandbox, through the real app's API
+    run_on = f"{W}<SOLUTION>41</SOLUTION> then " + "again and again " * 40
+    text = join_group([f"{W}<SOLUTION>42</SOLUTION>", f"{W}<SOLUTION>41</SOLUTION>", run_on])
+    enabled = ["check_answer", "cosine_scaled", "soft_overlong", "repetition_penalty"]
+    plain = client.predict(text, "42", enabled=enabled, max_completion_length=200, overlong_buffer=50,
+                           api_name="/score")
+    assert plain["headers"] == [*enabled, "total", "advantage"]
+    rows = plain["data"]
+    assert rows[0][1] > 0.9 and rows[1][1] < -0.9  # cosine: right and short, wrong and short
+    assert rows[0][2] == 0.0 and rows[2][2] < 0  # soft_overlong: ~170 estimated tokens of 200 (buffer 50)
+    assert rows[0][3] == 0.0 and rows[2][3] < -0.5  # the repeated phrase
+    assert rows[2][0] == -2.0  # check_answer: no strict match (text after </SOLUTION> on its line)
+    gated = client.predict(text, "42", enabled=enabled, gate_on_format=True, max_completion_length=200,
+                           overlong_buffer=50,
+                           api_name="/score")["data"]
+    assert gated[2][0] == -4.5 and gated[2][1] == -1.0  # the answer checks at their floor
+    assert [r[:4] for r in gated[:2]] == [r[:4] for r in rows[:2]]  # a passed format changes nothing
+
+
+def test_score_endpoint_takes_the_shaped_rewards_knobs_and_checks_them_as_a_recipe_does(client):
+    # the run's knobs, not the defaults: "Open this group" must show the numbers the job saw
+    text = join_group([f"{W}<SOLUTION>42</SOLUTION>", "a b a b a b"])
+    rows = client.predict(text, "42", enabled=["cosine_scaled", "repetition_penalty"], cosine_max_len=10,
+                          repetition_n_grams=2, repetition_max_penalty=-2.0, api_name="/score")["data"]
+    assert rows[0][0] == 0.5  # 63 characters, past cosine_max_len 10: a right answer's floor
+    assert rows[1][1] == pytest.approx(-2.0 * (1 - 2 / 5))  # bigrams: 5, distinct 2
+    for knobs, words in (({"repetition_max_penalty": 1.0}, "rewards.repetition_max_penalty"),
+                         ({"cosine_max_len": 0}, "rewards.cosine_max_len=0: must be at least 1"),
+                         ({"overlong_buffer": 2048}, "rewards.overlong_buffer")):
+        with pytest.raises(Exception, match=re.escape(words)):
+            client.predict(text, "42", enabled=["soft_overlong"], api_name="/score", **knobs)

@@ -77,6 +77,28 @@ def test_the_reward_file_scores_as_the_playgrounds_grpo_trainer_does(written):
     assert totals[RIGHT] > totals[WRONG] > totals[UNTAGGED]
 
 
+@pytest.mark.slow  # pipelines.scale_out in a child
+def test_the_reward_file_keeps_the_recipes_format_gate_and_shaped_rewards(tmp_path):
+    # a run trained with rewards.gate_on_format must be scored with the gate there too, and with its knobs
+    from grpo_playground.config import apply_overrides, load_recipe
+    from grpo_playground.contracts.shipped import recipe_path
+
+    sets = ["rewards.gate_on_format=true", "rewards.weights={check_answer: 1.0, repetition_penalty: 1.0}",
+            "rewards.repetition_n_grams=2"]
+    out = tmp_path / "gated"
+    proc = scale_out("--config", "quick", "--out", str(out), "--n-eval", "5", *(f"--set={s}" for s in sets))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cfg = apply_overrides(load_recipe(recipe_path("quick")), sets)
+    funcs, weights = get_reward_funcs(cfg.rewards.weights, cfg.rewards.tags,
+                                      cfg.rewards.shaping(cfg.grpo.max_completion_length))
+    reward = load_by_path(out / "reward.py")
+    run_on = RIGHT + " and so on and so on"  # no strict match: the gate puts check_answer at its floor
+    for text in (RIGHT, WRONG, run_on):
+        trained = sum(w * f(prompts=["p"], completions=[text], answer=["7"])[0] for f, w in zip(funcs, weights))
+        assert reward.compute_score("generator:train", text, "7")["score"] == pytest.approx(trained)
+    assert reward.compute_score("generator:train", run_on, "7")["check_answer"] == -4.5
+
+
 def test_openrlhf_queries_are_cut_to_the_response_before_scoring(written):
     reward = load_by_path(written / "reward.py")
     prompt = json.loads((written / "train.jsonl").read_text().splitlines()[0])["prompt"]

@@ -205,7 +205,7 @@ def test_gsm8k_regime_split_over_two_leases_starts_every_arm_from_one_checkpoint
             "--eval-data-2", "generator:test?levels=1", "--n-eval-2", "6", "--n-worked", "12", "--n-answers", "16",
             "--n-pilot", "4", "--minutes", "0.1", "--round-steps", "3", "--format-target", "0",
             "--preflight-prompts", "1", "--work", str(work), "--out", str(out),
-            "--set", "sft.per_device_batch_size=4", "--set", "grpo.per_device_batch_size=8",
+            "--set", "sft.per_device_train_batch_size=4", "--set", "grpo.per_device_train_batch_size=8",
             "--set", "grpo.max_completion_length=32"]
     pilots = ["--pilot", "recipe", "--pilot", "hot:grpo.temperature=1.3,grpo.beta=0.0", "--pilot-minutes", "0.05"]
     assert seed_regime.main([*argv, *pilots, "--only-arms", "grpo_a"]) == 0

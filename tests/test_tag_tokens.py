@@ -7,14 +7,9 @@ import subprocess
 import sys
 
 import pytest
+from offline_tokenizers import load_tokenizer_json, qwen3_tokenizer_dir
 
-from grpo_playground.data.tag_tokens import (
-    format_report,
-    load_tokenizer_json,
-    qwen3_tokenizer_dir,
-    register_tags,
-    tag_token_report,
-)
+from grpo_playground.data.tag_tokens import format_report, register_tags, tag_token_report
 from grpo_playground.tags import DEFAULT_TAGS, Tags
 
 
@@ -49,8 +44,9 @@ def test_report_needs_no_torch():
     # The UI shows this report, and the UI process must never import torch.
     code = (
         "import sys\n"
-        "from grpo_playground.data.tag_tokens import load_tokenizer_json, qwen3_tokenizer_dir, tag_token_report\n"
-        "tag_token_report(load_tokenizer_json(qwen3_tokenizer_dir()))\n"
+        "from tokenizers import Tokenizer\n"
+        "from grpo_playground.data.tag_tokens import tag_token_report\n"
+        f"tag_token_report(Tokenizer.from_file({str(qwen3_tokenizer_dir() / 'tokenizer.json')!r}))\n"
         "bad = [m for m in ('torch', 'transformers', 'datasets') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )

@@ -222,6 +222,43 @@ def test_a_new_run_replaces_the_previous_runs_preflight_and_stale_messages_clear
     assert poll(new.name, switched.view, None, "reward", [new.name, "stopped"]).message == {"__type__": "update"}
 
 
+@pytest.mark.parametrize("state,stoppable", [("queued", True), ("running", True), ("stopping", False),
+                                              ("stopped", False), ("finished", False)])
+def test_stop_is_offered_only_while_there_is_something_to_stop(tmp_path, state, stoppable):
+    # issue 39 item 9: after Stop was pressed the run is "stopping" (saving at its next step); Stop stayed red and
+    # clickable until the run exited
+    from grpo_playground.jobs.runs import RunInfo
+    from grpo_playground.ui.training_run_view import control_updates
+
+    stop, _ = control_updates(RunInfo("r", tmp_path, {"state": state}, {}))
+    assert stop["interactive"] is stoppable
+
+
+def test_sample_cells_show_the_end_of_a_completion_where_the_answer_is():
+    # issue 39 item 7: the table cut completions at 240 characters from the start, before the answer
+    long = "<start_working_out>" + "step by step, " * 80 + "so 42.<end_working_out><SOLUTION>42</SOLUTION>"
+    cell = run_views.sample_table({"completions": [long, "short"], "total": [1.0, 0.0]})["completion"].tolist()
+    assert cell[1] == "short"
+    assert len(cell[0]) <= run_views.SAMPLE_CELL_CHARS  # what the table shows whole
+    assert cell[0].startswith("<start_working_out>step by step") and cell[0].endswith("<SOLUTION>42</SOLUTION>")
+    assert "[...]" in cell[0]
+
+
+def test_a_flat_reward_says_how_long_it_has_lasted():
+    # issue 39 item 9: the doctor said "flat for 3 logged steps" when all 12 were (written at the first flat window)
+    from grpo_playground.doctor import diagnose
+
+    metrics = [{"stage": "grpo", "step": s, "reward": -8.5, "frac_reward_zero_std": 1.0} for s in range(1, 13)]
+    written = [f.to_dict() for f in diagnose(metrics[:3])]  # what the job wrote at step 3
+    shown = {f["rule"]: f["message"] for f in run_views.doctor_findings(written, metrics)}
+    assert "for 3 logged steps" in shown["flat_reward"]
+    assert "still flat at the latest step: 12 logged steps in all (steps 1-12)" in shown["flat_reward"]
+    # once the reward moves, the finding stays as written (its window was flat; the latest steps are not)
+    moved = metrics + [{"stage": "grpo", "step": 13, "reward": 1.0}]
+    assert "still flat" not in {f["rule"]: f["message"] for f in run_views.doctor_findings(written, moved)}[
+        "flat_reward"]
+
+
 def test_readable_numbers_and_the_doctors_knob_in_view():
     sample = {"completions": ["a", "b"], "total": [1.0, -1.0], "advantages": [0.7071067811865476, -0.7071067811865476],
               "rewards": {"check_answer": [0.123456, -2.0]}}
@@ -284,12 +321,17 @@ def test_sandbox_gets_the_runs_own_rewards_tags_and_scaling(tmp_path, monkeypatc
     from grpo_playground.ui.training_samples import sandbox_settings
 
     monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
-    cfg = apply_overrides(load_recipe(ROOT / "recipes" / "tiny-cpu.yaml"), ["grpo.scale_rewards=none"])
+    cfg = apply_overrides(load_recipe(ROOT / "recipes" / "tiny-cpu.yaml"),
+                          ["grpo.scale_rewards=none", "rewards.gate_on_format=true", "grpo.max_completion_length=200",
+                           "rewards.cosine_max_len=500"])
     (tmp_path / "r1").mkdir()
     (tmp_path / "r1" / "recipe.yaml").write_text(dump_recipe(cfg))
     settings = sandbox_settings("r1")
     assert settings["weights"] == cfg.rewards.weights and "check_answer_strict_nomatch" in settings["weights"]
     assert settings["tags"]["solution_start"] == "<SOLUTION>" and settings["scale"] == "none"
+    # the gate and the length limit change the scores of gated and soft_overlong rewards: the run's, not defaults
+    assert settings["gate_on_format"] is True and settings["max_completion_length"] == 200
+    assert settings["cosine_max_len"] == 500 and settings["repetition_n_grams"] == 3
     (tmp_path / "r2").mkdir()
     (tmp_path / "r2" / "recipe.yaml").write_text("grpo: [not, a, mapping\n")
     assert sandbox_settings("r2") is None  # a broken recipe keeps the sandbox's own settings
@@ -335,7 +377,7 @@ def test_start_grow_stop_resume_queue_restart(client, app_url, fake_trainer):
     one's stop and resume: tests/test_train_cli.py, tests/test_resume.py)."""
     # far more steps than the test waits for: the job must still be running when the second app looks
     recipe = tiny_recipe("sft.max_steps=100000", "sft.logging_steps=2", "sft.save_steps=100000",
-                         "sft.per_device_batch_size=8")
+                         "sft.per_device_train_batch_size=8")
     first = client.predict(recipe, "sft", "", api_name="/start")
     run_id = first["run_id"]
     # metrics grow while it runs
@@ -411,7 +453,8 @@ def test_grpo_run_shows_samples_and_the_doctor(client):
     """GRPO on the base tiny model (no SFT): the latest sample group appears with per-reward scores and
     advantages; the pre-flight verdict and the doctor's findings are shown."""
     recipe = tiny_recipe("sft.enabled=false", "grpo.on_preflight_error=continue", "grpo.max_steps=4", "grpo.logging_steps=1",
-                         "grpo.num_generations=4", "grpo.per_device_batch_size=8", "grpo.max_completion_length=32")
+                         "grpo.num_generations=4", "grpo.per_device_train_batch_size=8",
+                         "grpo.max_completion_length=32")
     started = client.predict(recipe, "grpo", "", api_name="/start")
     done = wait_status(client, started["run_id"], lambda s: s["state"] in TERMINAL, timeout=400, what="GRPO run")
     assert done["state"] == "finished", done

@@ -19,7 +19,7 @@ def qwen_base(tmp_path_factory) -> Path:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from grpo_playground.data.tag_tokens import qwen3_tokenizer_dir
+    from offline_tokenizers import qwen3_tokenizer_dir
 
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(qwen3_tokenizer_dir())

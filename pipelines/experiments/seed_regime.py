@@ -437,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     grpo_seconds = grpo_status["stage_seconds"]["grpo"]
     control_lr = args.control_lr if args.control_lr is not None else cfg.sft.learning_rate / 10
     control_steps = max(1, int(grpo_seconds * sft["steps"] / sft["train_seconds"]))
-    batch = cfg.sft.per_device_batch_size * cfg.sft.gradient_accumulation_steps
+    batch = cfg.sft.per_device_train_batch_size * cfg.sft.gradient_accumulation_steps
     continuation = [*base, "grpo.enabled=false", f"sft.learning_rate={control_lr}",
                     "sft.lr_scheduler_type=linear", f"sft.max_minutes={grpo_seconds / 60:.3f}", f"sft.max_steps={control_steps}",
                     "sft.warmup_steps=0", "sft.num_train_epochs=1000"]

@@ -59,7 +59,7 @@ KNOBS = {
     "reward_hacking": "make no-match score below any wrong answer (e.g. the -3.0 check_answer variant) or enable "
                       "match_format_exactly; set grpo.mask_truncated_completions",
     "nan": "divide the learning rate by 10; clip or shrink the reward weights",
-    "oom": "lower grpo.num_generations, grpo.max_completion_length or per_device_batch_size; lower "
+    "oom": "lower grpo.num_generations, grpo.max_completion_length or per_device_train_batch_size; lower "
            "model.gpu_memory_utilization when vLLM shares the GPU; use model.load_in_4bit",
     "sft_loss_stuck": "check the SFT data: print one rendered example (prompt + completion) and its tokens; a loss "
                       "stuck above 1.0 means broken preprocessing",
@@ -180,6 +180,19 @@ def _rule_sft_loss_stuck(rows, th):
     return None
 
 
+def flat_streak(metrics: list[dict], stage: str = "grpo", th: Thresholds = Thresholds()) -> list[dict]:
+    """The latest rollout rows of `stage` whose reward means all lie within flat_range: how long a flat reward has
+    lasted by now (the finding was written when the first window went flat, and says only that window)."""
+    rows = [r for r in metrics if r.get("stage", "grpo") == stage and _num(r, REWARD) is not None]
+    streak: list[dict] = []
+    for row in reversed(rows):
+        values = [_num(r, REWARD) for r in [row, *streak]]
+        if max(values) - min(values) >= th.flat_range:
+            break
+        streak.insert(0, row)
+    return streak
+
+
 GRPO_RULES = {"nan": _rule_nan, "flat_reward": _rule_flat_reward, "zero_std": _rule_zero_std,
               "kl_blowup": _rule_kl_blowup, "length_falling": _rule_length_falling,
               "length_pinned": _rule_length_pinned, "reward_hacking": _rule_reward_hacking}
@@ -213,6 +226,41 @@ def diagnose(metrics: list[dict], thresholds: Thresholds = Thresholds()) -> list
                 fired.add((stage, name))
                 findings.append(Finding(severity, message, name, KNOBS[name], int(row.get("step", len(rows))), stage))
     return findings
+
+
+# --- stop on critical (doctor.stop_on_critical): conditions under which more steps cannot help --------------------
+# Each sees this stage's rows logged since the trainer started (a resumed run gets `steps` fresh rows to recover).
+FULL = 1.0 - 1e-9  # a logged share of 1.0 ("every group", "every completion"), as a float
+
+
+def _every_rollout(rows: list[dict], key: str, steps: int) -> list[dict] | None:
+    """The last `steps` rollout rows when each has `key` at 1.0 and the newest row is one of them, else None."""
+    rollouts = [r for r in rows if REWARD in r][-steps:]
+    if len(rollouts) < steps or rollouts[-1] is not rows[-1]:
+        return None
+    return rollouts if all((_num(r, key) or 0.0) >= FULL for r in rollouts) else None
+
+
+def critical_finding(rows: list[dict], steps: int, stage: str = "grpo") -> Finding | None:
+    """The critical condition the newest row completes, or None: NaN loss or gradient; every group with zero reward
+    variance for `steps` logged rollouts in a row (no gradient at all); every completion truncated for as many."""
+    if not rows:
+        return None
+    step = int(_num(rows[-1], "step") or len(rows))
+    nan = _rule_nan(rows, Thresholds())
+    if nan:
+        return Finding("error", nan[1], "nan", KNOBS["nan"], step, stage)
+    if window := _every_rollout(rows, FRAC_REWARD_ZERO_STD, steps):
+        return Finding("error", (
+            f"every group had zero reward variance for {steps} logged steps in a row (steps {window[0].get('step')}"
+            f"-{step}): every completion of a prompt scored the same, so no step changed the weights"),
+            "zero_std", KNOBS["zero_std"], step, stage)
+    if window := _every_rollout(rows, CLIPPED_RATIO, steps):
+        return Finding("error", (
+            f"every completion hit max_completion_length for {steps} logged steps in a row (steps "
+            f"{window[0].get('step')}-{step}): none reaches the solution tag, so none can score as correct"),
+            "length_pinned", KNOBS["length_pinned"], step, stage)
+    return None
 
 
 def diagnose_crash(error_text: str, step: int = 0, stage: str = "grpo") -> Finding | None:

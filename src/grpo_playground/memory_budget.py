@@ -7,7 +7,8 @@ free memory when the job starts. For each stage the plan walks a ladder from the
 form, one memory saver at a time, in the order they cost least speed:
 
     the recipe as written -> gradient checkpointing -> vLLM's KV cache for one pass of the batch, not two
-    -> 4-bit base weights (Unsloth only) -> half the micro-batch (twice the accumulation: same effective batch)
+    -> half the micro-batch (twice the accumulation: same effective batch), again down to one row
+    -> 4-bit base weights (Unsloth only) at the recipe's micro-batch, then halved again
 
 and keeps the first step that fits. The job applies the chosen settings (`apply`), caps PyTorch at the budget and
 gives vLLM its share of the card from the plan; a recipe whose leanest form does not fit is refused before any
@@ -19,7 +20,8 @@ The estimate, per stage (bytes; shapes from the model's config.json, `vllm_memor
     activations  micro-batch rows x tokens: every layer's input (checkpointing) or every saved tensor (without)
     logits       float32 log-probs: TRL's chunked path holds ~2,048 tokens' worth, the full path 3 x the batch's
     vLLM         `vllm_memory.engine_bytes` (weights x 1.2, the KV cache, 5 GiB of graphs and workspace)
-    CUDA         ~1 GiB of context and allocator slack per process
+    outside      3 GiB outside PyTorch's count: CUDA context, cuBLAS / NCCL workspaces, vLLM's graph pool, allocator
+                 slack (measured: nvidia-smi's peak was 1.5-1.9 GiB above a 1 GiB term on issue 35's H100 rows)
 """
 
 from __future__ import annotations
@@ -31,7 +33,10 @@ from grpo_playground.gpu_share import GIB, gib
 from grpo_playground.run_layout import TRAINED_STAGES
 from grpo_playground.vllm_memory import engine_bytes, kv_cache_bytes, shape_from_config, weight_bytes
 
-CUDA_CONTEXT_BYTES = 1 * GIB
+# Calibrated on issue 35's lease (results/gpu/h100_budget35): with 3 GiB every plan bounds nvidia-smi's peak
+# (1.7B TRL 23.4 vs 22.9, 1.7B Unsloth 20.1 vs 20.0, 8B Unsloth 21.2 vs 20.7 GiB); with the 1 GiB of a CUDA
+# context alone, the 1.7B TRL row went 0.9 GiB over its 22 GiB budget
+OUTSIDE_TORCH_BYTES = 3 * GIB
 PROMPT_TOKENS = 256  # a math prompt with the system prompt (GSM8K ~100-200 tokens with the seed's system prompt)
 LOGPROB_CHUNK_TOKENS = 2048  # TRL's chunked log-probs (grpo_trainer's chunk size)
 FULL_LOGITS_FACTOR = 3  # logits, log-softmax and its gradient: the full path's measured peak growth (BENCHMARKS.md)
@@ -151,7 +156,7 @@ def stage_parts(cfg, shape_config: dict, stage: str, s: Settings, backend: str, 
     adam = 2 if "8bit" in section.optim else 8
     engine = 0
     if stage == "grpo" and vllm:
-        rows = section.per_device_batch_size * section.gradient_accumulation_steps
+        rows = section.per_device_train_batch_size * section.gradient_accumulation_steps
         kv_full = kv_cache_bytes(shape, rows, tokens_per_row)  # two passes of the batch
         # vLLM refuses to start without room for one sequence of max_model_len (model.max_seq_length)
         kv = max(kv_full * s.kv_passes // 2, shape["kv_bytes_per_token"] * cfg.model.max_seq_length)
@@ -167,7 +172,7 @@ def stage_parts(cfg, shape_config: dict, stage: str, s: Settings, backend: str, 
         "logits": logits_bytes(shape_config["vocab_size"], s.micro_batch * tokens_per_row,
                                stage == "sft" or section.logprobs == "chunked"),
         "vLLM": engine,
-        "CUDA context": CUDA_CONTEXT_BYTES,
+        "CUDA context and workspaces": OUTSIDE_TORCH_BYTES,
     }
     return parts, engine
 
@@ -176,7 +181,7 @@ def ladder(cfg, stage: str, backend: str, vllm: bool) -> list[tuple[Settings, tu
     """The settings to try, from the recipe as written to its leanest, each with what it changed."""
     section = getattr(cfg, stage)
     four_bit = (cfg.model.sft_load_in_4bit if stage == "sft" else cfg.model.load_in_4bit) and backend == "unsloth"
-    per_device = section.generation_batch()[0] if stage == "grpo" else section.per_device_batch_size
+    per_device = section.generation_batch()[0] if stage == "grpo" else section.per_device_train_batch_size
     s = Settings(four_bit, cfg.model.gradient_checkpointing, per_device, section.gradient_accumulation_steps, 2)
     steps, changed = [(s, ())], []
     if not s.checkpointing:
@@ -187,14 +192,24 @@ def ladder(cfg, stage: str, backend: str, vllm: bool) -> list[tuple[Settings, tu
         s = replace(s, kv_passes=1)
         changed.append("vLLM's KV cache sized for one pass of the batch")
         steps.append((s, tuple(changed)))
+    # Smaller micro-batches before 4-bit weights: vLLM decodes bitsandbytes weights 3.7x slower (issue 35's H100
+    # lease: 3,852 against 14,236 generated tok/s on the 1.7B shape), while a micro-batch only splits the backward
+    steps += halvings(s, tuple(changed))
     if not s.four_bit and backend == "unsloth":
         s = replace(s, four_bit=True)
         changed.append("4-bit base weights")
         steps.append((s, tuple(changed)))
+        steps += halvings(s, tuple(changed))
+    return steps
+
+
+def halvings(s: Settings, changed: tuple[str, ...]) -> list[tuple[Settings, tuple[str, ...]]]:
+    """`s` with half the micro-batch and twice the accumulation, again and again down to one row."""
+    steps = []
     while s.micro_batch > 1:
         s = replace(s, micro_batch=s.micro_batch // 2, accumulation=s.accumulation * 2)
-        steps.append((s, tuple(changed) + (f"micro-batch {s.micro_batch} x {s.accumulation} accumulation "
-                                           "(same effective batch)",)))
+        steps.append((s, changed + (f"micro-batch {s.micro_batch} x {s.accumulation} accumulation "
+                                    "(same effective batch)",)))
     return steps
 
 
@@ -268,7 +283,7 @@ def apply(cfg, plan: MemoryPlan, card_bytes: int | None = None):
     model, sections = cfg.model, {}
     for s in plan.stages:
         st = s.settings
-        sections[s.stage] = replace(getattr(cfg, s.stage), per_device_batch_size=st.micro_batch,
+        sections[s.stage] = replace(getattr(cfg, s.stage), per_device_train_batch_size=st.micro_batch,
                                     gradient_accumulation_steps=st.accumulation)
         model = replace(model, gradient_checkpointing=model.gradient_checkpointing or st.checkpointing,
                         **{"sft_load_in_4bit" if s.stage == "sft" else "load_in_4bit": st.four_bit})

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RECIPE_NAME = "e2e-no-sft"
 OVERRIDES = [
     f"name={RECIPE_NAME}", "sft.enabled=false", "data.n_grpo=128", "grpo.max_steps=200", "grpo.logging_steps=1",
-    "grpo.save_steps=1000", "grpo.per_device_batch_size=16", "grpo.num_generations=4",
+    "grpo.save_steps=1000", "grpo.per_device_train_batch_size=16", "grpo.num_generations=4",
     "grpo.max_completion_length=48", "grpo.preflight_prompts=2", "tracking.swanlab=disabled",
     "grpo.on_preflight_error=continue",  # spend the steps: the doctor must see the collapse too
 ]

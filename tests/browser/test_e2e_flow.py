@@ -30,8 +30,8 @@ RECIPE_NAME = "e2e-tiny"
 # and far more of them than the test waits for (it stops the run while GRPO is going).
 OVERRIDES = [
     f"name={RECIPE_NAME}", "data.n_sft=512", "data.n_grpo=256", "sft.max_steps=30", "sft.logging_steps=5",
-    "sft.save_steps=1000", "sft.per_device_batch_size=16", "sft.max_length=256", "grpo.max_steps=500",
-    "grpo.logging_steps=1", "grpo.save_steps=1000", "grpo.per_device_batch_size=8", "grpo.num_generations=4",
+    "sft.save_steps=1000", "sft.per_device_train_batch_size=16", "sft.max_length=256", "grpo.max_steps=500",
+    "grpo.logging_steps=1", "grpo.save_steps=1000", "grpo.per_device_train_batch_size=8", "grpo.num_generations=4",
     "grpo.max_completion_length=64", "grpo.preflight_prompts=1", "tracking.swanlab=disabled",
     "grpo.on_preflight_error=continue",  # 30 SFT steps may leave 1 sampled group out of format: GRPO runs on
 ]

@@ -80,3 +80,20 @@ def test_a_recipe_with_the_forms_run_section_loads_and_a_wrong_key_is_named(page
     upload_recipe(page, misspelt)
     expect(message).to_contain_text("run.nmae='typo': unknown key (did you mean 'name'?)")
     expect(page.locator("#cfg-run-name textarea, #cfg-run-name input").first).to_have_value("quick")  # kept
+
+
+def test_any_trl_option_typed_in_all_trl_options_reaches_the_equivalent_cli_and_a_typo_is_named(page):
+    """GRPOConfig's fields the form does not show: listed with TRL's help in "All TRL options", and one typed in its
+    YAML box is checked like a recipe key and carried into the command that runs the form's recipe."""
+    open_section(page, "grpo")
+    page.locator("#cfg-section-grpo-trl").get_by_role("button").first.click()
+    expect(page.locator("#cfg-section-grpo-trl")).to_contain_text("model_init_kwargs")  # TRL's list, GRPO's own first
+    editor = page.locator("#cfg-grpo-trl_options .cm-content")
+    editor.click()
+    page.keyboard.type("importance_sampling_levle: sequence")
+    message = page.locator("#training-form-msg")
+    expect(message).to_contain_text("did you mean 'importance_sampling_level'")
+    page.keyboard.press("ControlOrMeta+a")
+    page.keyboard.type("importance_sampling_level: sequence")
+    expect(message).to_contain_text("Recipe is valid")
+    expect(page.locator("#training-cli")).to_contain_text("--set grpo.importance_sampling_level=sequence")

@@ -141,7 +141,7 @@ from grpo_playground.ui.app import launch
 server, _, _ = POOL.server_for(ChatTarget("llama.cpp", str(gguf_path(MODELS["smollm2-135m"]))))
 with gr.Blocks() as demo:
     gr.Markdown("app")
-print(server.process.pid, flush=True)
+print(server.process.pid, server.port, flush=True)
 launch(demo, quiet=True)
 """
 
@@ -156,7 +156,7 @@ def test_sigterm_to_the_app_stops_its_chat_servers():
                            start_new_session=True)
     server_pid = None
     try:
-        server_pid = int(app.stdout.readline())
+        server_pid = int(app.stdout.readline().split()[0])
         time.sleep(3)  # the app is serving
         app.send_signal(signal.SIGTERM)
         assert app.wait(timeout=30) != 0
@@ -264,3 +264,51 @@ def test_stop_after_the_supervisor_died_leaves_no_duplicate_metric_rows(runs):
              what="the replayed rows dropped")
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], r["reward"]) for r in rows if "reward" in r] == [(1, 1), (2, 1), (3, 2), (4, 2), (5, 2)]
+
+
+APP_ALONE = """
+import gradio as gr
+from grpo_playground.ui.app import launch
+
+with gr.Blocks() as demo:
+    gr.Markdown("app")
+launch(demo, quiet=True)
+"""
+
+
+@pytest.mark.slow  # two apps and a chat server as children
+def test_a_restarted_app_stops_the_chat_servers_a_killed_app_left(tmp_path):
+    # Before: after SIGKILL (or the out-of-memory killer) the app's llama.cpp server lived on in its own session,
+    # holding its memory and port, and the restarted app did not know it.
+    from grpo_playground.child_process import free_port
+
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", "GRPO_PLAYGROUND_CACHE": str(tmp_path)}
+    first = subprocess.Popen([sys.executable, "-c", APP_WITH_A_CHAT_SERVER], stdout=subprocess.PIPE,
+                             env={**env, "GRADIO_SERVER_PORT": str(free_port())}, start_new_session=True)
+    server_pid, second = None, None
+    try:
+        server_pid, port = map(int, first.stdout.readline().split())
+        os.kill(first.pid, signal.SIGKILL)  # the app only, as the out-of-memory killer would
+        first.wait(timeout=10)
+        time.sleep(1)
+        assert is_alive(server_pid) and _port_taken(port)  # the orphan, as before
+        app_port = free_port()
+        second = subprocess.Popen([sys.executable, "-c", APP_ALONE], env={**env, "GRADIO_SERVER_PORT": str(app_port)},
+                                  start_new_session=True)
+        wait_for(lambda: _port_taken(app_port), timeout=60, what="the restarted app serving")
+        assert not is_alive(server_pid)
+        wait_for(lambda: not _port_taken(port), timeout=10, what="the old server's port freed")
+        assert not list((tmp_path / "chat_servers").glob("*.json"))
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+        if server_pid and is_alive(server_pid):
+            os.killpg(server_pid, signal.SIGKILL)
+
+
+def _port_taken(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import math
+import uuid
 import signal
 import time
 
@@ -273,3 +274,35 @@ def test_max_steps_has_an_upper_bound(stage):
     with pytest.raises(ConfigError, match=f"{stage}.max_steps=100000000000000000000: .*1,?000,?000"):
         config_from_dict(safe_yaml(f"{stage}: {{max_steps: 100000000000000000000}}"))
     assert config_from_dict(safe_yaml(f"{stage}: {{max_steps: 1000000}}"))
+
+
+@pytest.mark.parametrize("endpoint", ["/score", "/resume"])  # a password box of the page; an API's token parameter
+def test_owner_token_guessing_is_refused_after_ten_wrong_tokens_a_minute(app_url, monkeypatch, endpoint):
+    # Before: 8-13 guesses a second per endpoint, without limit. Each address here is one visitor (uvicorn reads
+    # X-Forwarded-For from 127.0.0.1), so this lockout touches no other test's client.
+    from gradio_client import Client
+
+    from grpo_playground.ui.token_guesses import MAX_WRONG_TOKENS
+
+    monkeypatch.setenv(OWNER_TOKEN_ENV, OWNER)
+    code = "def reward(completions, answer, **kwargs):\n    return [1.0] * len(completions)\n"
+
+    def send_as(address: str, token: str) -> str:
+        client = Client(app_url, verbose=False, headers={"X-Forwarded-For": address})
+        try:
+            if endpoint == "/score":
+                client.predict(completions_text="<SOLUTION>42</SOLUTION>", answer="42", custom_code=code,
+                               owner_token=token, api_name="/score")
+            else:
+                client.predict("20990101-000000-none-beef", token, api_name="/resume")
+        except Exception as error:  # noqa: BLE001 - the refusal's text is what is checked
+            return str(error)
+        return "answered"
+
+    guesser = f"10.38.{uuid.uuid4().int % 250}.{uuid.uuid4().int % 250}"
+    for guess in range(MAX_WRONG_TOKENS):
+        assert "owner token" in send_as(guesser, f"guess-{guess}")
+    assert "429 Too Many Requests" in send_as(guesser, "guess-next")  # refused before it is queued
+    assert "429 Too Many Requests" in send_as(guesser, OWNER)  # the right one too: a refusal tells nothing
+    other = send_as(f"10.39.{uuid.uuid4().int % 250}.1", OWNER)  # another address is not locked out: its token
+    assert "429" not in other and "needs the owner token" not in other  # is taken

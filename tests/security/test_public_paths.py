@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_playground.run_layout import (ADAPTER_CONFIG, EXPORT_JOB, JOB_FILE, METRICS_FILE, runs_dir,
+from grpo_playground.run_layout import (ADAPTER_CONFIG, EXPORT_JOB, JOB_FILE, LOG_FILE, METRICS_FILE, runs_dir,
                                         write_json_atomic, write_status)
 
 RUN = "20260101-000000-leak-beef"
@@ -81,3 +81,98 @@ def test_a_listed_checkpoint_goes_back_in_as_it_came_out(client, run):
     assert check_checkpoint(f"{RUN}/sft") == str(run / "sft")
     with pytest.raises(ValueError, match="neither a registry model"):
         check_checkpoint(f"{RUN}/../../etc")
+
+
+def _event_answer(app_url: str, session: str, fn_index: int, data: list) -> str:
+    """What the page's event `fn_index` answers a stranger who joins the queue with `data` (its whole stream)."""
+    import httpx
+
+    joined = httpx.post(f"{app_url}gradio_api/queue/join", timeout=30, json={
+        "data": data, "fn_index": fn_index, "session_hash": session, "event_data": None, "trigger_id": None})
+    joined.raise_for_status()
+    answer = []
+    with httpx.stream("GET", f"{app_url}gradio_api/queue/data", params={"session_hash": session}, timeout=60) as s:
+        for line in s.iter_lines():
+            answer.append(line)
+            if '"process_completed"' in line:
+                return "\n".join(answer)
+    return "\n".join(answer)
+
+
+def _fn_index(demo, name: str) -> int:
+    return next(i for i, fn in demo.fns.items() if getattr(fn.fn, "__name__", "") == name)
+
+
+def _initial(block):
+    value = getattr(block, "value", None)
+    return None if callable(value) else value
+
+
+@pytest.fixture
+def chat_server(run):
+    """A chat server of the run's GGUF in the app's pool (a sleeping process stands in for llama.cpp)."""
+    import subprocess
+
+    from grpo_playground.serving import LLAMA_CPP, POOL, ManagedServer
+
+    model = str(run / "export" / "model-q4_k_m.gguf")
+    server = ManagedServer(LLAMA_CPP, ["sleep", "60"], 54321, model=model)
+    server.process = subprocess.Popen(["sleep", "60"])
+    POOL._servers[(LLAMA_CPP, model, None)] = server
+    yield server
+    POOL._servers.pop((LLAMA_CPP, model, None))
+    server.process.kill()
+    server.process.wait()
+
+
+@pytest.mark.parametrize("name", ["tick", "refresh", "current"])
+def test_the_pages_own_events_name_no_server_path(app_url, run, chat_server, name):
+    # Before: the Training timer showed the run's status and log with the runs folder's path, the Evaluate refresh
+    # its jobs' logs, the Chat status each server's model path; any stranger can join the queue with their fn_index.
+    import uuid
+
+    import app
+
+    index, session = _fn_index(app.demo, name), uuid.uuid4().hex
+    inputs = app.demo.fns[index].inputs
+    data = [_initial(block) for block in inputs]
+    answer = _event_answer(app_url, session, index, data)  # the timer's first tick lists the runs for the picker
+    if name == "tick":  # then a stopped run whose status and log name its folder, as the timer shows them
+        folder = runs_dir() / "20260101-000001-leak-tick"
+        folder.mkdir(exist_ok=True)
+        write_status(folder, state="stopped", stage="sft", step=3, reason=f"stopped; last checkpoint in {folder}/sft")
+        (folder / LOG_FILE).write_text(f"saving the adapter to {folder}/sft\n")
+        answer += "\n" + _event_answer(app_url, session, index, data)  # the picker's choices now list it
+        data[0] = folder.name
+        answer += "\n" + _event_answer(app_url, session, index, data)
+        assert "last checkpoint in 20260101-000001-leak-tick/sft" in answer  # its status, named relative
+    if name == "current":  # the Chat status: the server's model named in the runs folder, and no local port
+        assert f"{RUN}/export/model-q4_k_m.gguf" in answer and "54321" not in answer
+    assert '"success":true' in answer, answer[-600:]
+    shown = _without_downloads(answer)
+    for root in {str(runs_dir()), os.path.realpath(runs_dir())}:
+        assert root not in shown, f"{name} answered the runs folder's path: {shown[:600]}"
+
+
+def _without_downloads(stream: str) -> str:
+    """The stream's messages without the files offered for download: Gradio serves those by their path, named in
+    their URL (a known limit: deploy.md)."""
+    def drop(value):
+        if isinstance(value, dict):
+            if isinstance(value.get("meta"), dict) and value["meta"].get("_type") == "gradio.FileData":
+                return "(a download)"
+            return {key: drop(item) for key, item in value.items()}
+        return [drop(item) for item in value] if isinstance(value, list) else value
+
+    return "\n".join(json.dumps(drop(json.loads(line[len("data: "):]))) for line in stream.splitlines()
+                     if line.startswith("data: "))
+
+
+@pytest.mark.slow  # builds a second copy of the page
+def test_the_page_config_names_no_server_path_after_a_restart(run):
+    # Before: a page built while runs existed (an app restarted on a Space) carried their paths in /config.
+    from grpo_playground.ui.app import build_demo
+
+    config = json.dumps(build_demo().get_config_file(), default=str)
+    for root in {str(runs_dir()), os.path.realpath(runs_dir())}:
+        assert root not in config

@@ -103,6 +103,14 @@ def test_gradios_dev_routes_are_not_served(app_url):
             assert reply.status_code == 404, path
 
 
+def test_the_recording_route_is_not_served(app_url):
+    # Before: /process_recording (Gradio's, for audio and video inputs the app does not have) ran outside the queue
+    # and answered 200, echoing the 1 MB "video" it was sent.
+    video = {"video": ("clip.webm", b"\0" * 1_000_000, "video/webm")}
+    reply = httpx.post(f"{app_url}gradio_api/process_recording", files=video, timeout=30)
+    assert reply.status_code == 404 and len(reply.content) < 1_000
+
+
 def test_one_address_holds_a_bounded_number_of_open_requests(app_url):
     # Before: every stream stayed open (1,000 from one client made /score 4x slower). Streams are opened until one
     # is refused: other tests' clients may hold a few of this address's requests.

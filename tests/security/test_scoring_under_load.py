@@ -10,22 +10,41 @@ import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 import gradio as gr
 import pytest
 
 from grpo_playground.rewards import custom
-from grpo_playground.rewards.equivalence import EQUIVALENT, REQUEST_BUDGET_S, VERIFY_TIMEOUT_S, _pool
+from grpo_playground.rewards import check_design, score_group
+from grpo_playground.rewards.equivalence import (
+    EQUIVALENT,
+    NO_ANSWER,
+    REQUEST_BUDGET_S,
+    VERIFY_TIMEOUT_S,
+    _pool,
+    answer_equivalence,
+)
+from grpo_playground.rewards.group import COULD_NOT_SCORE
 from grpo_playground.tags import DEFAULT_TAGS
-from grpo_playground.ui.sandbox_tab import NAMES, score_table
+from grpo_playground.ui.sandbox_render import render_details, render_report
+from grpo_playground.ui.sandbox_tab import NAMES, knob_defaults, score_table
 
 TOWER = "<start_working_out>big<end_working_out><SOLUTION>$9^{9^{9^{9}}}$</SOLUTION>"  # > 2 s in sympy
 GOOD = "<start_working_out>6 x 7<end_working_out><SOLUTION>42</SOLUTION>"
 LOOP = "def reward(completions, answer, **kwargs):\n    while True:\n        pass\n"
 
 
-def score(completions: list[str], enabled: list[str], code: str = "", tags=tuple(DEFAULT_TAGS.as_list())) -> dict:
-    return score_table("\n---\n".join(completions), "42", enabled, "group", *tags, code, "", *[1.0] * len(NAMES))
+def score(completions: list[str], enabled: list[str], code: str = "", tags=tuple(DEFAULT_TAGS.as_list()),
+          visitor: str = "127.0.0.1") -> dict:
+    """The /score handler as Gradio calls it for a visitor at address `visitor`."""
+    return score_table("\n---\n".join(completions), "42", enabled, "group", *tags, code, "",
+                       *knob_defaults().values(), *[1.0] * len(NAMES), visit_from(visitor))
+
+
+def visit_from(address: str) -> SimpleNamespace:
+    """What a handler reads of its gr.Request to tell visitors apart."""
+    return SimpleNamespace(headers={}, client=SimpleNamespace(host=address))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -37,7 +56,8 @@ def warm_checkers():
 def test_a_hostile_request_holds_one_checker_for_its_budget_only():
     # Before: one checker for everybody; 8 power towers held it 8 x 2 s while every other request waited.
     hostile_s = []
-    thread = threading.Thread(target=lambda: hostile_s.append(_timed(score, [TOWER] * 8, ["answer_equivalence"])))
+    thread = threading.Thread(target=lambda: hostile_s.append(
+        _timed(score, [TOWER] * 8, ["answer_equivalence"], "", DEFAULT_TAGS.as_list(), "10.0.0.66")))
     thread.start()
     time.sleep(0.3)
     start = time.monotonic()
@@ -60,12 +80,75 @@ def test_a_timed_out_checker_answers_again_at_once():
 
 def test_four_hostile_users_delay_others_by_at_most_one_budget():
     with ThreadPoolExecutor(4) as pool:
-        hostile = [pool.submit(_timed, score, [TOWER] * 8, ["answer_equivalence"]) for _ in range(4)]
+        hostile = [pool.submit(_timed, score, [TOWER] * 8, ["answer_equivalence"], "", DEFAULT_TAGS.as_list(),
+                               f"10.0.0.{i}") for i in range(4)]
         time.sleep(0.3)
         benign_s = _timed(score, [GOOD] * 8, ["answer_equivalence"])
         times = [f.result() for f in hostile]
     assert benign_s < REQUEST_BUDGET_S + 2.0  # before: 95 s measured
     assert max(times) < REQUEST_BUDGET_S + VERIFY_TIMEOUT_S + 2.0
+
+
+def _flood(visitors: list[str], per_visitor: int, stop: threading.Event) -> list[threading.Thread]:
+    """`per_visitor` threads per address sending groups of 8 power towers until `stop`."""
+    def send(visitor):
+        while not stop.is_set():
+            score([TOWER] * 8, ["answer_equivalence"], "", DEFAULT_TAGS.as_list(), visitor)
+
+    threads = [threading.Thread(target=send, args=(v,)) for v in visitors for _ in range(per_visitor)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.5)
+    return threads
+
+
+def _honest_rows(visitor: str, rounds: int) -> list:
+    return [row[0] for _ in range(rounds) for row in score([GOOD] * 8, ["answer_equivalence"], "",
+                                                           DEFAULT_TAGS.as_list(), visitor).values.tolist()]
+
+
+@pytest.mark.slow
+def test_one_visitor_saturating_the_checkers_cannot_starve_another():
+    # Before: one first-come queue for both checkers. 12 requests of power towers from one address filled it, an
+    # honest group waited behind them past its 3 s budget, and its correct answers came back -3.0 in a normal reply.
+    stop = threading.Event()
+    threads = _flood(["10.0.0.66"], 12, stop)
+    try:
+        rows = _honest_rows("10.0.0.7", 3)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert rows == [EQUIVALENT] * 24  # the towers hold one checker at most: the other scores every honest answer
+
+
+@pytest.mark.slow
+def test_a_score_that_could_not_be_computed_says_so():
+    # Two addresses of towers can hold both checkers: an honest answer is then scored or marked, never -3.0.
+    stop = threading.Event()
+    threads = _flood(["10.0.0.66", "10.0.0.67"], 6, stop)
+    try:
+        rows = _honest_rows("10.0.0.7", 3)
+        tower = score([TOWER] * 2, ["answer_equivalence"], "", DEFAULT_TAGS.as_list(), "10.0.0.8")
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert set(rows) <= {EQUIVALENT, COULD_NOT_SCORE} and EQUIVALENT in rows, rows
+    # a number that depends on a missing score is not one either: the total, and every advantage of the group
+    assert tower.values.tolist() == [[COULD_NOT_SCORE] * 3] * 2
+
+
+def test_unscored_answers_are_marked_in_the_report_and_cost_training_the_no_answer_score(monkeypatch):
+    monkeypatch.setattr(_pool, "verify", lambda gold, pred: {"error": "skipped: busy", "unscored": True})
+    group = score_group([GOOD, GOOD], "42", {"answer_equivalence": 1.0})
+    report = render_report(group, check_design({"answer_equivalence": 1.0}), [])
+    assert "2 of 2 completions could not be scored" in report and "mean could not score" in report
+    assert "✔ Reward design check" not in report  # the probes were not scored either: no verdict on the weights
+    assert "could not score: skipped: busy" in render_details(group)
+    # TRL's path: in a job no stranger shares the checkers, and "no score" would let a model dodge the -2.5 of a
+    # wrong answer by writing what sympy chokes on
+    assert answer_equivalence(None, [GOOD], "42") == [NO_ANSWER]
 
 
 def test_a_chats_replies_are_scored_once_within_one_budget(monkeypatch):

@@ -1,7 +1,8 @@
 """RunConfig <-> plain dict <-> YAML recipe, losslessly, with type coercion and helpful errors.
 
 A recipe is flat-ish YAML: top-level `name`, then one mapping per section whose keys are exactly the
-dataclass fields (recipes/tiny-cpu.yaml). Unknown keys are errors that name the closest valid key. The run's own
+dataclass fields (recipes/tiny-cpu.yaml); `sft:` and `grpo:` also take any other field of TRL's SFTConfig /
+GRPOConfig by TRL's name (config/trl_fields.py). Unknown keys are errors that name the closest valid key. The run's own
 keys (`name`) may also sit in a `run:` section, as the form shows them (`run: {name: my-run}`); files are written
 with them top-level.
 """
@@ -16,7 +17,9 @@ import warnings
 from dataclasses import fields
 from pathlib import Path
 
-from grpo_playground.config.run_config import RENAMED_KEYS, SECTIONS, ConfigError, RunConfig, _did_you_mean
+from grpo_playground.config.run_config import (PRODUCT_KEYS, RENAMED_KEYS, SECTIONS, TRL_OPTIONS, ConfigError,
+                                               RunConfig, _did_you_mean)
+from grpo_playground.config.trl_fields import TRL_CLASSES, coerce_trl, trl_fields
 from grpo_playground.tags import Tags
 
 MAX_RECIPE_BYTES = 256 * 1024
@@ -34,10 +37,12 @@ def run_keys() -> set[str]:
 
 
 def config_to_dict(cfg: RunConfig) -> dict:
+    """The recipe as plain data; a stage's other TRL options sit in its section beside the named fields."""
     out: dict = {"name": cfg.name}
     for section in SECTIONS:
         obj = getattr(cfg, section)
-        out[section] = {f.name: _plain(getattr(obj, f.name)) for f in fields(obj)}
+        out[section] = {f.name: _plain(getattr(obj, f.name)) for f in fields(obj) if f.name != TRL_OPTIONS}
+        out[section].update(getattr(obj, TRL_OPTIONS, {}))
     return out
 
 
@@ -57,6 +62,10 @@ def config_from_dict(data: dict) -> RunConfig:
         raise ConfigError("recipe", type(data).__name__, "a recipe is a mapping of sections (model:, data:, ...)")
     data = _lift_run_section(data)
     top_keys = {*run_keys(), RUN_SECTION, *SECTIONS}
+    unknown = _unknown_keys(data)
+    if len(unknown) > 1:  # one at a time cost a user an upload per typo; a single one gets the detailed error below
+        raise ConfigError("recipe", unknown, f"{len(unknown)} unknown keys: " + "; ".join(unknown)
+                          + ". Fix or remove each")
     for key in data:
         if key not in top_keys:
             raise ConfigError(key, data[key], f"unknown section{_did_you_mean(key, top_keys)}; "
@@ -68,17 +77,53 @@ def config_from_dict(data: dict) -> RunConfig:
         raw = data.get(section) or {}
         if not isinstance(raw, dict):
             raise ConfigError(section, raw, f"must be a mapping of {cls.__name__} fields")
-        hints = typing.get_type_hints(cls)
-        valid = {f.name for f in fields(cls)}
-        values = {}
-        for key, value in raw.items():
-            key = current_key(section, key, valid, raw)
-            if key not in valid:
-                raise ConfigError(f"{section}.{key}", value,
-                                  f"unknown key{_did_you_mean(key, valid)}; valid: {', '.join(sorted(valid))}")
-            values[key] = _coerce(f"{section}.{key}", value, hints[key])
-        kwargs[section] = cls(**values)
+        kwargs[section] = cls(**_section_values(section, cls, raw))
     return RunConfig(**kwargs).validate()
+
+
+def section_keys(section: str) -> tuple[list[str], dict]:
+    """The keys a section takes: its dataclass's fields and, in `sft:` / `grpo:`, TRL's config fields by TRL's names
+    (less those the product sets itself)."""
+    named = [f.name for f in fields(SECTIONS[section]) if f.name != TRL_OPTIONS]
+    trl = {name: spec for name, spec in trl_fields(section).items() if name not in named and name not in PRODUCT_KEYS} \
+        if section in TRL_CLASSES else {}
+    return named, trl
+
+
+def _section_values(section: str, cls, raw: dict) -> dict:
+    """The one check of a section's keys and values: a field of the product's is coerced to its annotation, any
+    other TRL field to TRL's (into trl_options); anything else is an error naming the closest key."""
+    hints = typing.get_type_hints(cls)
+    named, trl = section_keys(section)
+    values: dict = {}
+    for key, value in raw.items():
+        key = current_key(section, key, {*named, *trl}, raw)
+        if key in named:
+            values[key] = _coerce(f"{section}.{key}", value, hints[key])
+        elif key in trl:
+            values.setdefault(TRL_OPTIONS, {})[key] = coerce_trl(f"{section}.{key}", value, trl[key])
+        elif key in PRODUCT_KEYS and section in TRL_CLASSES:
+            raise ConfigError(f"{section}.{key}", value, f"the product sets this TRL field: {PRODUCT_KEYS[key]}")
+        else:
+            where = f"; or any field of TRL's {TRL_CLASSES[section][1]}" if trl else ""
+            raise ConfigError(f"{section}.{key}", value, f"unknown key{_did_you_mean(str(key), [*named, *trl])}; "
+                                                         f"valid: {', '.join(sorted(named))}{where}")
+    return values
+
+
+def _unknown_keys(data: dict) -> list[str]:
+    """Every key of a recipe that RunConfig lacks (a renamed TRL key and any TRL field of sft:/grpo: count as
+    known), each with the closest name."""
+    top = {*run_keys(), RUN_SECTION, *SECTIONS}
+    unknown = [f"{key}{_did_you_mean(str(key), top)}" for key in data if key not in top]
+    for section in SECTIONS:
+        raw = data.get(section)
+        named, trl = section_keys(section)
+        valid = {*named, *trl, *(PRODUCT_KEYS if section in TRL_CLASSES else ())}
+        if isinstance(raw, dict):
+            unknown += [f"{section}.{key}{_did_you_mean(str(key), valid)}" for key in raw
+                        if key not in valid and RENAMED_KEYS.get(key) not in valid]
+    return unknown
 
 
 def _lift_run_section(data: dict) -> dict:
@@ -303,7 +348,10 @@ def override_keys_help(width: int = 100) -> str:
     lines = ["keys for --set SECTION.KEY=VALUE, the recipe file's own keys (values in YAML syntax):",
              "  " + ", ".join(f"{key} (or {RUN_SECTION}.{key})" for key in sorted(run_keys()))]
     for section, cls in SECTIONS.items():
-        keys = ", ".join(f"{section}.{f.name}" for f in fields(cls))
+        keys = ", ".join(f"{section}.{name}" for name in section_keys(section)[0])
+        if section in TRL_CLASSES:
+            keys += f", and any other field of TRL's {TRL_CLASSES[section][1]} by its name except those the product " \
+                    f"sets ({', '.join(sorted(PRODUCT_KEYS))})"
         lines += textwrap.wrap(keys, width, initial_indent="  ", subsequent_indent="    ")
     return "\n".join(lines)
 
@@ -324,6 +372,6 @@ def apply_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
         elif section not in data:
             raise ConfigError(section, item, f"unknown section{_did_you_mean(section, data)}")
         else:
-            valid = {f.name for f in fields(SECTIONS[section])}
-            data[section][current_key(section, name, valid, {})] = value
+            named, trl = section_keys(section)
+            data[section][current_key(section, name, {*named, *trl}, {})] = value
     return config_from_dict(data)

@@ -8,7 +8,7 @@ Defaults are the seed's numbers (recipes/qwen3-8b.yaml, docs/training.md) on the
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 from grpo_playground.tags import Tags
@@ -155,7 +155,8 @@ class SFTStage:
     optim: str = field(default="adamw_8bit", metadata=_help(
         "Optimizer (seed adamw_8bit; without bitsandbytes, e.g. on CPU, adamw_torch is used).", choices=OPTIMIZERS))
     weight_decay: float = field(default=0.01, metadata=_help("Weight decay (seed 0.01)."))
-    per_device_batch_size: int = field(default=1, metadata=_help("Examples per device per step (seed 1)."))
+    per_device_train_batch_size: int = field(default=1, metadata=_help("Examples per device per step (seed 1).",
+                                                                       label="Examples per device per step"))
     gradient_accumulation_steps: int = field(default=1, metadata=_help("Gradient accumulation steps (seed 1)."))
     max_length: int = field(default=2048, metadata=_help("Longest tokenized SFT example; longer ones are truncated."))
     logging_steps: int = field(default=5, metadata=_help("Log metrics every N steps."))
@@ -164,6 +165,8 @@ class SFTStage:
         "Checkpoints kept (older ones are deleted); the comparison's tuned control keeps every one it scores."))
     max_minutes: Optional[float] = field(default=None, metadata=_help(
         "Time budget: stop (and save the adapter) after this many minutes even before max_steps; empty = none."))
+    trl_options: dict = field(default_factory=dict, metadata=_help(
+        "Any other field of TRL's SFTConfig, by TRL's name: a recipe writes it in this section beside the others."))
 
     def validate(self, prefix: str = "sft") -> None:
         _check_range(f"{prefix}.num_train_epochs", self.num_train_epochs, 0.0, 1000.0)
@@ -175,7 +178,7 @@ class SFTStage:
         _check_choice(f"{prefix}.lr_scheduler_type", self.lr_scheduler_type, LR_SCHEDULERS)
         _check_choice(f"{prefix}.optim", self.optim, OPTIMIZERS)
         _check_range(f"{prefix}.weight_decay", self.weight_decay, 0.0, 1.0)
-        for name in ("per_device_batch_size", "gradient_accumulation_steps", "logging_steps", "save_steps",
+        for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "logging_steps", "save_steps",
                      "save_total_limit"):
             _check_range(f"{prefix}.{name}", getattr(self, name), 1, None)
         _check_range(f"{prefix}.max_length", self.max_length, 16, 131072)
@@ -205,9 +208,9 @@ class GRPOStage:
     epsilon: float = field(default=0.2, metadata=_help("Clipping range of the policy ratio.", label="Clip range (epsilon)"))
     max_completion_length: int = field(default=1024, metadata=_help(
         "Longest completion in tokens (seed 1024; below 512 truncation cuts off the solution tag on real models)."))
-    per_device_batch_size: int = field(default=8, metadata=_help(
+    per_device_train_batch_size: int = field(default=8, metadata=_help(
         "Completions per device per step (TRL counts completions, not prompts). Raised to a multiple of "
-        "num_generations when needed (as Unsloth does for the seed's 1)."))
+        "num_generations when needed (as Unsloth does for the seed's 1).", label="Completions per device per step"))
     gradient_accumulation_steps: int = field(default=1, metadata=_help("Gradient accumulation steps (seed 1)."))
     warmup_steps: int = field(default=0, metadata=_help("Linear warm-up steps."))
     lr_scheduler_type: str = field(default="linear", metadata=_help("Learning-rate schedule.", choices=LR_SCHEDULERS))
@@ -247,19 +250,21 @@ class GRPOStage:
         "When the pre-flight says ERROR (GRPO would see no signal): pause before GRPO (the run stops; Resume, or "
         "--resume, runs GRPO anyway) or continue (spend the steps, e.g. to watch the collapse).",
         choices=PREFLIGHT_ERROR_ACTIONS, label="When the pre-flight says ERROR"))
+    trl_options: dict = field(default_factory=dict, metadata=_help(
+        "Any other field of TRL's GRPOConfig, by TRL's name: a recipe writes it in this section beside the others."))
 
     def generation_batch(self, num_processes: int = 1) -> tuple[int, str]:
         """Per-device batch TRL accepts (its generation batch must divide by num_generations), and why it changed."""
-        per_device = self.per_device_batch_size
+        per_device = self.per_device_train_batch_size
         total = per_device * self.gradient_accumulation_steps * num_processes
         if total % self.num_generations == 0:
             return per_device, ""
         while (per_device * self.gradient_accumulation_steps * num_processes) % self.num_generations:
             per_device += 1
         return per_device, (
-            f"grpo.per_device_batch_size {self.per_device_batch_size} x gradient_accumulation_steps {self.gradient_accumulation_steps} x "
-            f"{num_processes} process(es) does not divide by num_generations {self.num_generations}: "
-            f"using per_device_batch_size {per_device}")
+            f"grpo.per_device_train_batch_size {self.per_device_train_batch_size} x gradient_accumulation_steps "
+            f"{self.gradient_accumulation_steps} x {num_processes} process(es) does not divide by num_generations "
+            f"{self.num_generations}: using per_device_train_batch_size {per_device}")
 
     def validate(self, prefix: str = "grpo") -> None:
         _check_range(f"{prefix}.max_steps", self.max_steps, 1, MAX_STEPS)
@@ -283,7 +288,7 @@ class GRPOStage:
         _check_choice(f"{prefix}.lr_scheduler_type", self.lr_scheduler_type, LR_SCHEDULERS)
         _check_choice(f"{prefix}.optim", self.optim, OPTIMIZERS)
         _check_range(f"{prefix}.weight_decay", self.weight_decay, 0.0, 1.0)
-        for name in ("per_device_batch_size", "gradient_accumulation_steps", "logging_steps", "save_steps",
+        for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "logging_steps", "save_steps",
                      "save_total_limit", "preflight_prompts"):
             _check_range(f"{prefix}.{name}", getattr(self, name), 1, None)
         _check_range(f"{prefix}.warmup_steps", self.warmup_steps, 0, None)
@@ -303,6 +308,33 @@ class RewardSettings:
         "Enabled reward functions (names from the rewards registry) and their weights; GRPO sums them."))
     tags: Tags = field(default_factory=Tags, metadata=_help(
         "The four format tags, shared by the data, the chat template and the rewards."))
+    gate_on_format: bool = field(default=False, metadata=_help(
+        "Answer-checking rewards count only when the strict format matches; otherwise they score their lowest "
+        "value, so a completion that fails the format never beats a wrong answer (open-instruct's gated reward).",
+        label="Gate correctness on format"))
+    overlong_buffer: int = field(default=256, metadata=_help(
+        "soft_overlong: tokens before grpo.max_completion_length where the punishment starts (DAPO's cache).",
+        label="Overlong buffer (tokens)"))
+    cosine_max_len: int = field(default=1000, metadata=_help(
+        "cosine_scaled: the length in characters where a correct answer's reward has fallen to its lowest (0.5).",
+        label="Cosine max length (characters)"))
+    repetition_n_grams: int = field(default=3, metadata=_help(
+        "repetition_penalty: the n-gram size (words) whose repeats are counted.", label="Repetition n-gram size"))
+    repetition_max_penalty: float = field(default=-1.0, metadata=_help(
+        "repetition_penalty: the score of a completion that is one n-gram repeated (<= 0).",
+        label="Repetition max penalty"))
+
+    def shaping(self, max_completion_length: int):
+        """The knobs the shaped rewards read, with the GRPO stage's completion limit (soft_overlong's); a buffer that
+        does not fit under the limit is refused while soft_overlong is on."""
+        from grpo_playground.rewards.shaping import Shaping
+
+        if self.weights.get("soft_overlong") and self.overlong_buffer >= max_completion_length:
+            raise ConfigError("rewards.overlong_buffer", self.overlong_buffer,
+                              f"must stay below grpo.max_completion_length ({max_completion_length}) for "
+                              "soft_overlong: a quarter of it is a usual choice")
+        return Shaping(self.gate_on_format, max_completion_length, self.overlong_buffer, self.cosine_max_len,
+                       self.repetition_n_grams, self.repetition_max_penalty)
 
     def validate(self, prefix: str = "rewards") -> None:
         from grpo_playground.rewards import REWARDS
@@ -317,6 +349,31 @@ class RewardSettings:
                                   f"unknown reward{_did_you_mean(name, REWARDS)}; registered: {', '.join(REWARDS)}")
             _check_range(f"{prefix}.weights.{name}", weight, -MAX_ABS_WEIGHT, MAX_ABS_WEIGHT,
                          "a weight past that overflows the group's mean")
+        self.validate_knobs(prefix)
+
+    def validate_knobs(self, prefix: str = "rewards") -> None:
+        """The shaped rewards' knobs (the Reward sandbox checks its own boxes with this too)."""
+        from grpo_playground.rewards.guard import MAX_ABS_WEIGHT
+
+        _check_range(f"{prefix}.overlong_buffer", self.overlong_buffer, 1, None)
+        _check_range(f"{prefix}.cosine_max_len", self.cosine_max_len, 1, None)
+        _check_range(f"{prefix}.repetition_n_grams", self.repetition_n_grams, 1, 16)
+        _check_range(f"{prefix}.repetition_max_penalty", self.repetition_max_penalty, -MAX_ABS_WEIGHT, 0.0,
+                     "a penalty is negative or 0, as open-r1's")
+
+
+@dataclass
+class DoctorSettings:
+    stop_on_critical: bool = field(default=False, metadata=_help(
+        "Stop the stage with a checkpoint when more steps cannot help: loss or gradient NaN, every group with zero "
+        "reward variance, or every completion truncated, for doctor.critical_steps logged steps in a row. The run "
+        "says which step to resume from and which setting to turn.", label="Stop on critical"))
+    critical_steps: int = field(default=3, metadata=_help(
+        "Logged steps in a row a zero-variance or truncation condition must hold before the run stops "
+        "(3 at logging_steps 5 = 15 steps; NaN stops at once).", label="Critical for logged steps"))
+
+    def validate(self, prefix: str = "doctor") -> None:
+        _check_range(f"{prefix}.critical_steps", self.critical_steps, 1, 1000)
 
 
 @dataclass
@@ -352,13 +409,25 @@ class Hardware:
                          "give the card's memory minus ~2 GiB (22 for a 24 GB card), or leave it empty")
 
 
-# Keys renamed to TRL's own (SFTConfig / GRPOConfig) where they map one to one: a recipe with an old key still loads,
-# with a warning naming the new one, for one release.
+# The one table of old recipe keys, renamed to TRL's own (SFTConfig / GRPOConfig): a recipe or `--set` with an old key
+# still loads, with a warning naming the new one.
 RENAMED_KEYS = {"epochs": "num_train_epochs", "lr_scheduler": "lr_scheduler_type",
-                "grad_accum": "gradient_accumulation_steps"}
+                "grad_accum": "gradient_accumulation_steps", "per_device_batch_size": "per_device_train_batch_size"}
+# The `sft:` / `grpo:` sections' TRL fields that the product sets from its own settings (training/stages.py): a recipe
+# that sets one is told where the value comes from instead.
+PRODUCT_KEYS = {
+    "output_dir": "the run folder decides it (--run-dir)", "report_to": "set tracking.swanlab",
+    "seed": "set lora.seed (it seeds the adapter and both stages)", "use_cpu": "the device decides it",
+    "bf16": "set model.dtype", "gradient_checkpointing": "set model.gradient_checkpointing",
+    "reward_weights": "set rewards.weights", "vllm_mode": "the product runs TRL's vLLM colocated",
+    "vllm_gpu_memory_utilization": "set model.gpu_memory_utilization",
+    "vllm_max_model_length": "set model.max_seq_length",
+    "resume_from_checkpoint": "resume with --resume (or Resume in the app)",
+}
+TRL_OPTIONS = "trl_options"  # the stages' field that holds the TRL fields the product does not name
 
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "lora": LoraSettings, "sft": SFTStage, "grpo": GRPOStage,
-            "rewards": RewardSettings, "tracking": Tracking, "hardware": Hardware}
+            "rewards": RewardSettings, "doctor": DoctorSettings, "tracking": Tracking, "hardware": Hardware}
 
 
 @dataclass
@@ -370,6 +439,8 @@ class RunConfig:
     sft: SFTStage = field(default_factory=SFTStage, metadata=_help("Stage 1: supervised fine-tuning on the format."))
     grpo: GRPOStage = field(default_factory=GRPOStage, metadata=_help("Stage 2: GRPO on correctness."))
     rewards: RewardSettings = field(default_factory=RewardSettings, metadata=_help("Reward functions and tags."))
+    doctor: DoctorSettings = field(default_factory=DoctorSettings, metadata=_help(
+        "The doctor's watch over the metrics: may it stop a run that cannot recover?"))
     tracking: Tracking = field(default_factory=Tracking, metadata=_help("Experiment tracking (SwanLab)."))
     hardware: Hardware = field(default_factory=Hardware, metadata=_help("Processes and threads."))
 
@@ -384,11 +455,8 @@ class RunConfig:
             raise ConfigError("grpo.max_completion_length", self.grpo.max_completion_length,
                               f"must stay below model.max_seq_length ({self.model.max_seq_length}) to leave room "
                               "for the prompt: lower it or raise max_seq_length")
+        self.rewards.shaping(self.grpo.max_completion_length)  # soft_overlong's buffer fits under the limit
         return self
-
-
-def section_fields(section_cls) -> list[str]:
-    return [f.name for f in fields(section_cls)]
 
 
 def _did_you_mean(name: str, candidates) -> str:

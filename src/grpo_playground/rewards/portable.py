@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from grpo_playground.rewards.patterns import completion_text
 from grpo_playground.rewards.registry import get_reward_funcs
+from grpo_playground.rewards.shaping import DEFAULT_SHAPING, Shaping
 from grpo_playground.tags import Tags
 
 
@@ -29,9 +30,12 @@ class PortableRewards:
     weights: Mapping[str, float]
     tags: Tags = field(default_factory=Tags)
     end_markers: tuple[str, ...] = ()  # what the model's template writes after a reply, e.g. "<|im_end|>"
+    # the recipe's format gate and shaped rewards' knobs; neither framework passes token ids to these calls, so
+    # soft_overlong estimates a response's tokens from its characters there
+    shaping: Shaping = DEFAULT_SHAPING
 
     def __post_init__(self) -> None:
-        funcs, weights = get_reward_funcs(self.weights, self.tags)  # unknown names and bad weights fail here
+        funcs, weights = get_reward_funcs(self.weights, self.tags, self.shaping)  # bad names and weights fail here
         object.__setattr__(self, "_funcs", list(zip(funcs, weights)))
 
     def score(self, response: str, gold) -> dict[str, float]:

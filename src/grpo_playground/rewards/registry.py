@@ -7,6 +7,14 @@ from dataclasses import dataclass
 
 from grpo_playground.rewards.equivalence import get_answer_equivalence_reward
 from grpo_playground.rewards.guard import MAX_ABS_WEIGHT, RewardInputError, bounded_number
+from grpo_playground.rewards.shaping import (
+    DEFAULT_SHAPING,
+    FormatGated,
+    Shaping,
+    get_cosine_scaled_reward,
+    get_repetition_penalty_reward,
+    get_soft_overlong_reward,
+)
 from grpo_playground.rewards.seed import (
     Reward,
     get_check_answer_reward,
@@ -21,11 +29,17 @@ from grpo_playground.tags import DEFAULT_TAGS, Tags
 @dataclass(frozen=True)
 class RewardSpec:
     name: str
-    factory: Callable[[Tags], Reward]
+    factory: Callable[..., Reward]  # (tags), or (tags, shaping) when `shaped`
     description: str
     score_range: tuple[float, float]
     checks_answer: bool  # False: a format-only reward, which alone cannot teach correctness
     notes: str = ""
+    shaped: bool = False  # reads the Shaping knobs (length limits, n-gram size)
+
+    def build(self, tags: Tags, shaping: Shaping = DEFAULT_SHAPING) -> Reward:
+        """The reward for these tags and knobs; behind the format gate when it checks the answer and the gate is on."""
+        reward = self.factory(tags, shaping) if self.shaped else self.factory(tags)
+        return FormatGated(reward, self.score_range[0]) if shaping.gate_on_format and self.checks_answer else reward
 
 
 REWARDS: dict[str, RewardSpec] = {
@@ -68,6 +82,28 @@ REWARDS: dict[str, RewardSpec] = {
             (-3.0, 5.0), True,
             "Runs math-verify in a child process, at most 2 s per completion.",
         ),
+        RewardSpec(
+            "cosine_scaled", get_cosine_scaled_reward,
+            "Correctness scaled by length (open-r1): right 1.0 when short down to 0.5 at rewards.cosine_max_len "
+            "characters; wrong -1.0 when short up to -0.5.",
+            (-1.0, 1.0), True,
+            "Short and right beats long and right; a wrong answer is punished less the longer it thinks, so pair it "
+            "with repetition_penalty or soft_overlong against padding.", shaped=True,
+        ),
+        RewardSpec(
+            "soft_overlong", get_soft_overlong_reward,
+            "DAPO's soft overlong punishment: 0, then linear to -1 over the last rewards.overlong_buffer tokens "
+            "before grpo.max_completion_length.",
+            (-1.0, 0.0), False,
+            "Never rewards shortness; only running into the limit, where truncation cuts off the answer.", shaped=True,
+        ),
+        RewardSpec(
+            "repetition_penalty", get_repetition_penalty_reward,
+            "Share of repeated word n-grams (rewards.repetition_n_grams) times rewards.repetition_max_penalty "
+            "(open-r1).",
+            (-1.0, 0.0), False,
+            "0 for text without repeats; the full penalty for one phrase repeated to the limit.", shaped=True,
+        ),
     ]
 }
 
@@ -87,8 +123,8 @@ def validate_weights(weights: Mapping[str, float]) -> dict[str, float]:
 
 
 def get_reward_funcs(
-    weights: Mapping[str, float] = DEFAULT_WEIGHTS, tags: Tags = DEFAULT_TAGS
+    weights: Mapping[str, float] = DEFAULT_WEIGHTS, tags: Tags = DEFAULT_TAGS, shaping: Shaping = DEFAULT_SHAPING
 ) -> tuple[list[Reward], list[float]]:
-    """(reward_funcs, reward_weights) for GRPOTrainer / GRPOConfig, built for these tags."""
+    """(reward_funcs, reward_weights) for GRPOTrainer / GRPOConfig, built for these tags and shaping knobs."""
     clean = validate_weights(weights)
-    return [REWARDS[name].factory(tags) for name in clean], list(clean.values())
+    return [REWARDS[name].build(tags, shaping) for name in clean], list(clean.values())

@@ -15,11 +15,13 @@ from grpo_playground.serving.backends import (
 from grpo_playground.serving.client import ChatError, load_lora, stream_chat
 from grpo_playground.serving.pool import POOL, NeedsOwner, ServerPool
 from grpo_playground.serving.process import BackendUnavailable, ManagedServer, ServerFailed
+from grpo_playground.serving.records import stop_orphans
 from grpo_playground.serving.targets import ChatTarget, discover_targets
 
 __all__ = [
     "CHAT_BACKENDS", "LLAMA_CPP", "POOL", "VLLM", "BackendUnavailable", "ChatError", "ChatTarget", "ManagedServer",
     "NeedsOwner",
     "ServerFailed", "ServerPool", "discover_targets", "llamacpp_command", "llamacpp_server",
-    "llamacpp_unavailable_reason", "load_lora", "stream_chat", "vllm_command", "vllm_server", "vllm_unavailable_reason",
+    "llamacpp_unavailable_reason", "load_lora", "stop_orphans", "stream_chat", "vllm_command", "vllm_server",
+    "vllm_unavailable_reason",
 ]

@@ -286,7 +286,7 @@ def llamacpp_server(model: str | Path, lora: str | Path | None = None, **kwargs)
         raise FileNotFoundError(f"GGUF file {model} does not exist: export one with python -m pipelines.export")
     port = free_port()
     return ManagedServer(LLAMA_CPP, llamacpp_command(model, port, lora, **kwargs), port, "/v1/models",
-                         env={"OMP_NUM_THREADS": "1"}, stages=LLAMACPP_STAGES)
+                         env={"OMP_NUM_THREADS": "1"}, stages=LLAMACPP_STAGES, model=str(model))
 
 
 def vllm_server(base: str, loras: dict[str, str | Path], log_file: Path | None = None,
@@ -299,7 +299,7 @@ def vllm_server(base: str, loras: dict[str, str | Path], log_file: Path | None =
     port = free_port()
     server = ManagedServer(VLLM, [], port, "/health", startup_timeout_s=900.0, env=vllm_server_env(),
                            keep_secrets=("HF_TOKEN",),  # a gated or private base may still need downloading
-                           stages=VLLM_STAGES, **({"log_file": Path(log_file)} if log_file else {}))
+                           stages=VLLM_STAGES, model=str(base), **({"log_file": Path(log_file)} if log_file else {}))
     first_adapter = next(iter(loras.values()), None)
     template = run_chat_template(first_adapter, server.log_file.with_suffix(".jinja")) if first_adapter else None
     config = base_config(base)

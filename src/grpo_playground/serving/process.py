@@ -22,6 +22,7 @@ import httpx
 
 from grpo_playground.child_process import env_without_secrets
 from grpo_playground.contracts.process import log_tail
+from grpo_playground.serving.records import forget_server, record_server
 
 LOG_TAIL_LINES = 25
 STAGE_SCAN_BYTES = 64_000  # where a starting server's log is searched for its stage
@@ -87,6 +88,7 @@ class ManagedServer:
     waiting_for: str = ""  # what a waiting start waits for
     started_at: float | None = None  # time.monotonic() of the last launch
     startup_s: float | None = None  # launch to ready, of the last start
+    model: str = ""  # what it serves (a GGUF file, a base model), for its record on disk (serving/records.py)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -142,6 +144,8 @@ class ManagedServer:
                 self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=env_without_secrets(self.keep_secrets, **self.env), start_new_session=True,
             )
+        # its own session outlives an app killed without atexit: the record lets the next app stop it
+        record_server(self.process.pid, self.backend, self.model, self.port, self.log_file)
         try:
             self._wait_healthy(self.started_at + self.startup_timeout_s)
             if self.warm_up is not None:
@@ -186,4 +190,5 @@ class ManagedServer:
                     break
                 except subprocess.TimeoutExpired:
                     continue
+        forget_server(self.process.pid)
         self.process, self.phase = None, "stopped"

@@ -19,7 +19,7 @@ from grpo_playground.run_layout import DOCTOR_FILE, METRICS_FILE, SAMPLES_FILE
 from grpo_playground.step_timing import StepTimer
 from grpo_playground.contracts.findings import Finding
 from grpo_playground.contracts.metrics import HEADLINE_KEYS, NAN_STOPS_JOB
-from grpo_playground.doctor import diagnose
+from grpo_playground.doctor import critical_finding, diagnose
 from grpo_playground.training.multigpu import any_process
 from grpo_playground.training.progress import eta_seconds, step_note
 from grpo_playground.training.run_folder import RunFolder
@@ -79,7 +79,7 @@ class RunCallback(TrainerCallback):
     the step's logged row on a logging step, as a row of their own otherwise."""
 
     def __init__(self, folder: RunFolder, stage: str, tracker, history: list[dict], recorder: SampleRecorder | None,
-                 max_minutes: float | None = None, timer: StepTimer | None = None):
+                 max_minutes: float | None = None, timer: StepTimer | None = None, critical_steps: int | None = None):
         self.folder, self.stage, self.tracker, self.history, self.recorder = folder, stage, tracker, history, recorder
         self.max_minutes = max_minutes
         self.timer = timer or StepTimer()
@@ -88,7 +88,9 @@ class RunCallback(TrainerCallback):
         self.reported = {(f["stage"], f["rule"]) for f in folder.read_jsonl(DOCTOR_FILE)}
         self.started = time.time()
         self.first_step = 0
-        self.stopped_by = ""  # "stop" when a stop was requested, "time" when the time budget ran out
+        self.stopped_by = ""  # "stop": a stop was requested; "time": the time budget ran out; "doctor": a critical
+        self.critical_steps = critical_steps  # doctor.critical_steps when doctor.stop_on_critical, else None
+        self.first_row = len(history)  # a resumed stage's critical window starts with its own rows
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.started, self.first_step = time.time(), state.global_step
@@ -155,11 +157,11 @@ class RunCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         started = time.perf_counter()
         try:
-            self._log(state, dict(logs or {}))
+            self._log(state, control, dict(logs or {}))
         finally:
             self.timer.add_callbacks(time.perf_counter() - started)
 
-    def _log(self, state, logs: dict) -> None:
+    def _log(self, state, control, logs: dict) -> None:
         if "train_runtime" in logs:  # Trainer's end-of-stage summary, not a logging step
             self.folder.log(f"{self.stage} summary: " + ", ".join(f"{k}={_short(v)}" for k, v in logs.items()))
             return
@@ -182,9 +184,40 @@ class RunCallback(TrainerCallback):
             self.folder.append(DOCTOR_FILE, finding.to_dict())
             self.folder.log(f"doctor [{finding.severity}] {finding.rule} at step {finding.step}: {finding.message}. "
                             f"Try: {finding.knob}")
+        if self.critical_steps and self._stop_if_critical(state, control):
+            return
         bad = [k for k in NAN_STOPS_JOB if isinstance(logs.get(k), float) and not math.isfinite(logs[k])]
         if bad:
             raise NaNError(f"{' and '.join(bad)} became NaN at {self.stage} step {state.global_step}")
+
+    def _stop_if_critical(self, state, control) -> bool:
+        """doctor.stop_on_critical: stop the stage with a checkpoint when the doctor's critical rules fire, and write
+        which step to resume from and which setting to turn (status.json's reason, log.txt, doctor.jsonl)."""
+        rows = [r for r in self.history[self.first_row:] if r.get("stage") == self.stage]
+        finding = critical_finding(rows, self.critical_steps, self.stage)
+        step = state.global_step
+        if finding is None or (finding.rule != "nan" and state.max_steps and step >= state.max_steps):
+            return False  # nothing critical, or the stage ends here anyway with its adapter
+        if finding.rule == "nan":
+            # this step's update may already have written NaN into the weights: keep the last checkpoint before it
+            control.should_save = False
+            last = self.folder.last_checkpoint(self.stage)
+            resume_step = int(last.name.split("-")[-1]) if last else 0
+            where = (f"resume from {last.name} (step {resume_step}), the last checkpoint before the NaN" if last else
+                     "no checkpoint was saved before the NaN: start the stage again")
+        else:
+            control.should_save = True  # Trainer saves right after this callback, then leaves its loop
+            resume_step = step
+            where = f"resume from checkpoint-{step}, saved now"
+        control.should_training_stop = True
+        self.stopped_by = "doctor"
+        reason = (f"Stopped by the doctor at {self.stage} step {step}: {finding.message}. Turn: {finding.knob}. Then "
+                  f"{where}: Resume in the Training tab, or grpo-playground train RECIPE --run-dir RUN --resume "
+                  "--set SECTION.KEY=VALUE.")
+        self.folder.append(DOCTOR_FILE, {**finding.to_dict(), "stopped": True, "resume_step": resume_step})
+        self.folder.status(reason=reason)
+        self.folder.log(reason)
+        return True
 
     def new_findings(self) -> list[Finding]:
         fresh = [f for f in diagnose(self.history) if (f.stage, f.rule) not in self.reported]

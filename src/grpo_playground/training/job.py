@@ -69,7 +69,7 @@ def run_job(cfg: RunConfig, run_dir: str | Path, stage: str = "all", resume: boo
             history = folder.read_jsonl(METRICS_FILE) if resume else []
             for current in _stages_to_run(cfg, stage):
                 outcome = _run_stage(cfg, folder, current, tracker, history, resume)
-                if outcome == "paused":  # the reason, saying what to do, is already in status.json
+                if outcome == "paused":  # pre-flight or doctor: the reason, saying what to do, is in status.json
                     folder.status(state="stopped", stage=current)
                     return "stopped"
                 if outcome == "stopped":
@@ -133,7 +133,7 @@ def _run_stage(cfg: RunConfig, folder: RunFolder, stage: str, tracker, history: 
     folder.log(f"{stage}: {result.steps} steps in {result.seconds:.0f} s"
                + (f" (time budget of {getattr(cfg, stage).max_minutes} min reached)" if result.stopped_by == "time" else ""))
     _free(policy)
-    return "stopped" if result.stopped_by == "stop" else "done"
+    return {"stop": "stopped", "doctor": "paused"}.get(result.stopped_by, "done")
 
 
 def _log_notes(folder: RunFolder, policy) -> None:

@@ -84,7 +84,8 @@ def run_preflight(cfg: RunConfig, policy: Policy, folder: RunFolder, sft_done: b
     scale = one_group_scale(cfg.grpo.scale_rewards)
     groups = []
     for example, completions in zip(examples, sample_groups(policy, prompts, cfg)):
-        score = score_group(completions, example["answer"], cfg.rewards.weights, tags, scale)
+        score = score_group(completions, example["answer"], cfg.rewards.weights, tags, scale,
+                            shaping=cfg.rewards.shaping(cfg.grpo.max_completion_length))
         groups.append({
             "problem": example["problem"], "answer": example["answer"], "completions": completions,
             "rewards": {n: [c.scores[n] for c in score.completions] for n in score.names},

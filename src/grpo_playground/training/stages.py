@@ -27,35 +27,46 @@ class StageResult:
     stage: str
     steps: int
     seconds: float
-    stopped_by: str  # "" (ran to the end), "stop" (a stop request) or "time" (its time budget)
+    stopped_by: str  # "" (ran to the end), "stop" (a stop request), "time" (its time budget), "doctor" (a critical)
+
+
+def critical_steps(cfg: RunConfig) -> int | None:
+    """The doctor's stop window when the recipe lets it stop the run (doctor.stop_on_critical), else None."""
+    return cfg.doctor.critical_steps if cfg.doctor.stop_on_critical else None
 
 
 def training_rows(cfg: RunConfig, tokenizer, stage: str, folder: RunFolder):
     """The stage's dataset: normalized examples -> rendered prompt (and SFT completion) strings."""
     from grpo_playground.data import load_examples, to_hf_dataset
     from grpo_playground.data.chat_template import render_examples
+    from grpo_playground.data.preview import stage_source
 
-    spec, n = (cfg.data.sft_source, cfg.data.n_sft) if stage == "sft" else (cfg.data.grpo_source, cfg.data.n_grpo)
+    spec, n = stage_source(cfg, stage)  # the Training tab's data preview reads the same source
     loaded = load_examples(spec, n=n, tags=cfg.rewards.tags, with_solution=stage == "sft", seed=cfg.data.seed)
     folder.log(f"{stage} data {spec}: {loaded.summary()}")
     return to_hf_dataset(render_examples(loaded.examples, tokenizer, cfg.rewards.tags, cfg.data.prefill_reasoning))
 
 
-def _common_args(cfg: RunConfig, stage_cfg, folder: RunFolder, stage: str, policy: Policy) -> dict:
-    optim, note = resolve_optim(stage_cfg.optim)
+def trl_kwargs(cfg: RunConfig, stage: str, folder: RunFolder, policy: Policy, **computed) -> dict:
+    """Keyword arguments of the stage's TRL config, in layers: the product's defaults; the recipe's section by TRL's
+    names (the fields it names, then any other TRL field, from trl_options); the values the product works out from
+    them (`computed`, e.g. the GRPO batch raised to a multiple of the group) or owns (config.run_config.PRODUCT_KEYS:
+    a recipe cannot set them)."""
+    from dataclasses import fields
+
+    from grpo_playground.config.trl_fields import trl_fields
+
+    section = getattr(cfg, stage)
+    optim, note = resolve_optim(section.optim)
     if note:
         folder.log(note)
     bf16 = policy.device == "cuda" and str(next(policy.model.parameters()).dtype) == "torch.bfloat16"
-    return dict(
-        output_dir=str(folder.checkpoints(stage)), learning_rate=stage_cfg.learning_rate,
-        warmup_steps=stage_cfg.warmup_steps, lr_scheduler_type=stage_cfg.lr_scheduler_type, optim=optim,
-        weight_decay=stage_cfg.weight_decay, gradient_accumulation_steps=stage_cfg.gradient_accumulation_steps,
-        logging_steps=stage_cfg.logging_steps, save_steps=stage_cfg.save_steps,
-        save_total_limit=stage_cfg.save_total_limit,
-        report_to="none", seed=cfg.lora.seed, bf16=bf16, use_cpu=policy.device == "cpu",
-        dataloader_num_workers=0, disable_tqdm=True, logging_first_step=True,
-        gradient_checkpointing=cfg.model.gradient_checkpointing,
-    )
+    known = trl_fields(stage)
+    recipe = {f.name: getattr(section, f.name) for f in fields(section) if f.name in known}
+    owned = dict(output_dir=str(folder.checkpoints(stage)), report_to="none", seed=cfg.lora.seed, bf16=bf16,
+                 use_cpu=policy.device == "cpu", gradient_checkpointing=cfg.model.gradient_checkpointing)
+    defaults = dict(dataloader_num_workers=0, disable_tqdm=True, logging_first_step=True)
+    return {**defaults, **recipe, **section.trl_options, "optim": optim, **computed, **owned}
 
 
 def _train(trainer, folder: RunFolder, stage: str, resume: bool, callback: RunCallback, policy: Policy) -> StageResult:
@@ -76,7 +87,7 @@ def _train(trainer, folder: RunFolder, stage: str, resume: bool, callback: RunCa
     started = time.time()
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     seconds = time.time() - started
-    if not callback.stopped_by == "stop" and trainer.accelerator.is_main_process:
+    if callback.stopped_by not in ("stop", "doctor") and trainer.accelerator.is_main_process:
         target = folder.adapter(stage)
         # Only the trained adapter: TRL may have added a frozen "ref" copy for the KL term.
         trainer.model.save_pretrained(str(target), selected_adapters=["default"])
@@ -98,18 +109,21 @@ def sft_loss_type(model) -> str:
     return "chunked_nll" if type(base.get_output_embeddings()) is torch.nn.Linear else "nll"
 
 
+def sft_config(cfg: RunConfig, folder: RunFolder, policy: Policy):
+    """TRL's SFTConfig for the recipe's sft section."""
+    from trl import SFTConfig
+
+    defaults = dict(completion_only_loss=True, loss_type=sft_loss_type(policy.model))
+    return SFTConfig(**{**defaults, **trl_kwargs(cfg, "sft", folder, policy)})
+
+
 def run_sft(cfg: RunConfig, folder: RunFolder, policy: Policy, tracker, history: list[dict], resume: bool) -> StageResult:
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTTrainer
 
     dataset = training_rows(cfg, policy.tokenizer, "sft", folder)
-    s = cfg.sft
-    args = SFTConfig(
-        **_common_args(cfg, s, folder, "sft", policy), num_train_epochs=s.num_train_epochs, max_steps=s.max_steps,
-        per_device_train_batch_size=s.per_device_batch_size, max_length=s.max_length, completion_only_loss=True,
-        loss_type=sft_loss_type(policy.model),
-    )
+    args = sft_config(cfg, folder, policy)
     timer = StepTimer(cuda_sync())
-    callback = RunCallback(folder, "sft", tracker, history, None, s.max_minutes, timer)
+    callback = RunCallback(folder, "sft", tracker, history, None, cfg.sft.max_minutes, timer, critical_steps(cfg))
     trainer = SFTTrainer(model=policy.model, args=args, train_dataset=dataset, processing_class=policy.tokenizer,
                          callbacks=[callback])
     timer.wrap(trainer, "training_step", "forward_backward")
@@ -129,16 +143,10 @@ def grpo_config(cfg: RunConfig, folder: RunFolder, policy: Policy, reward_weight
     share = vllm_memory_share(cfg, policy.model.config.to_dict()) if use_vllm and policy.backend == "trl" else None
     if share is not None:
         folder.log(f"grpo: rollouts with TRL's colocated vLLM, gpu_memory_utilization {share}")
-    return GRPOConfig(
-        **_common_args(cfg, g, folder, "grpo", policy), max_steps=g.max_steps, per_device_train_batch_size=per_device,
-        num_generations=g.num_generations, temperature=g.temperature, top_p=g.top_p, beta=g.beta,
-        loss_type=g.loss_type, scale_rewards=g.scale_rewards, epsilon=g.epsilon, num_iterations=g.num_iterations,
-        top_entropy_quantile=g.top_entropy_quantile,
-        max_completion_length=g.max_completion_length, mask_truncated_completions=g.mask_truncated_completions,
-        reward_weights=reward_weights, use_vllm=use_vllm, vllm_mode="colocate",
-        vllm_max_model_length=cfg.model.max_seq_length,
-        **({"vllm_gpu_memory_utilization": share} if share is not None else {}),
-    )
+    return GRPOConfig(**trl_kwargs(
+        cfg, "grpo", folder, policy, per_device_train_batch_size=per_device, reward_weights=reward_weights,
+        use_vllm=use_vllm, vllm_mode="colocate", vllm_max_model_length=cfg.model.max_seq_length,
+        **({"vllm_gpu_memory_utilization": share} if share is not None else {})))
 
 
 def run_grpo(cfg: RunConfig, folder: RunFolder, policy: Policy, tracker, history: list[dict], resume: bool) -> StageResult:
@@ -149,14 +157,15 @@ def run_grpo(cfg: RunConfig, folder: RunFolder, policy: Policy, tracker, history
 
     g = cfg.grpo
     dataset = training_rows(cfg, policy.tokenizer, "grpo", folder)
-    funcs, weights = get_reward_funcs(cfg.rewards.weights, cfg.rewards.tags)
+    shaping = cfg.rewards.shaping(g.max_completion_length)
+    funcs, weights = get_reward_funcs(cfg.rewards.weights, cfg.rewards.tags, shaping)
     recorder = SampleRecorder(funcs, weights, g.num_generations, g.scale_rewards)
     args = grpo_config(cfg, folder, policy, list(weights))
     if args.use_vllm and policy.backend == "trl":
         # TRL's colocated engine must live in this process (external_launcher), not in vLLM's engine subprocess
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     timer = StepTimer(cuda_sync())
-    callback = RunCallback(folder, "grpo", tracker, history, recorder, g.max_minutes, timer)
+    callback = RunCallback(folder, "grpo", tracker, history, recorder, g.max_minutes, timer, critical_steps(cfg))
     # TRL + PEFT: the product's trainer (no forward twice, chunked log-probs, the chosen vLLM sync); Unsloth its own
     options = dict(logprobs=g.logprobs, weight_sync=g.weight_sync) if policy.backend == "trl" else {}
     # TRL's colocated engine starts in the trainer: alone on the GPU meanwhile (a chat server starting beside it

@@ -9,9 +9,11 @@ import sys
 import gradio as gr
 
 from grpo_playground import jobs
+from grpo_playground.serving import stop_orphans
 from grpo_playground.ui import chat_tab, compare_panel, eval_panel, run_summary, sandbox_tab, training_tab
 from grpo_playground.ui.skip_link import create_skip_link
 from grpo_playground.ui.public_limits import configure_queue, serve
+from grpo_playground.ui.public_paths import public_events
 from grpo_playground.ui.request_limits import DELETE_CACHE
 
 TITLE = "GRPO Playground"
@@ -51,6 +53,7 @@ def build_demo() -> gr.Blocks:
                                     chat_parts["pickers"][0], evaluate["checkpoints"], evaluate["data"],
                                     run.message, run.message_for)
     configure_queue(demo)
+    public_events(demo)
     return demo
 
 
@@ -66,8 +69,12 @@ def follow_disk(chat: gr.Tab, parts: dict) -> None:
 
 def launch(demo: gr.Blocks, **kwargs) -> None:
     """Serve the app; SIGTERM (docker stop, a Space restart) exits through atexit, so the chat servers the
-    app started are stopped with it instead of holding their ports and memory as orphans."""
+    app started are stopped with it instead of holding their ports and memory as orphans; those an app killed
+    without atexit (SIGKILL, the out-of-memory killer) left are stopped here, from their records on disk."""
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    for orphan in stop_orphans():
+        print(f"stopped the {orphan.get('backend')} chat server (pid {orphan.get('pid')}, port {orphan.get('port')})"
+              " a killed app left running", file=sys.stderr, flush=True)
     if weak := jobs.weak_owner_token():
         print(weak, file=sys.stderr, flush=True)
     block = not kwargs.pop("prevent_thread_lock", False)

@@ -9,7 +9,8 @@ from __future__ import annotations
 from grpo_playground.data.answers import normalize_number
 from grpo_playground.eval.metrics import grade_completion
 from grpo_playground.rewards import DEFAULT_WEIGHTS, RewardInputError, score_group
-from grpo_playground.rewards.group import explain_extraction
+from grpo_playground.rewards.equivalence import VISITOR
+from grpo_playground.rewards.group import explain_extraction, score_text
 from grpo_playground.rewards.scoring_request import check_gold, request_deadline_from_now, scoring_request
 from grpo_playground.tags import DEFAULT_TAGS, Tags
 
@@ -17,8 +18,9 @@ from grpo_playground.tags import DEFAULT_TAGS, Tags
 class ReplyScores:
     """The table of one question's replies; `add` scores a finished reply, `markdown` draws what was scored."""
 
-    def __init__(self, gold: str, rewards: list[str]):
+    def __init__(self, gold: str, rewards: list[str], visitor: str = "unknown"):
         self.names = list(rewards or [])
+        self.visitor = visitor  # whose math-verify questions these are (equivalence.VISITOR)
         self.gold, self.gold_problem = (gold or "").strip(), None
         if self.gold:
             try:
@@ -44,9 +46,13 @@ class ReplyScores:
             try:
                 if self.gold_problem:
                     raise RewardInputError(self.gold_problem)
-                with scoring_request(len(reply), self.deadline):
-                    scored = score_group([reply], self.gold, weights, tags, scale="none").completions[0]
-                row += [f"{scored.scores[n]:g}" for n in weights] + [f"**{scored.total:g}**"]
+                visitor = VISITOR.set(self.visitor)
+                try:
+                    with scoring_request(len(reply), self.deadline):
+                        scored = score_group([reply], self.gold, weights, tags, scale="none").completions[0]
+                finally:
+                    VISITOR.reset(visitor)
+                row += [score_text(scored.scores[n], "g") for n in weights] + [f"**{score_text(scored.total, 'g')}**"]
             except (RewardInputError, ValueError) as error:
                 row += ["-"] * len(weights) + [f"cannot score: {error}"]
         self.rows[slot] = row

@@ -43,6 +43,7 @@ from grpo_playground.serving import (
 from grpo_playground.tags import DEFAULT_TAGS, Tags, system_prompt
 from grpo_playground.ui.chat_scores import ReplyScores
 from grpo_playground.ui.public_paths import public_api
+from grpo_playground.ui.request_limits import visitor_of_request
 
 SLOTS = 3
 MAX_INPUT_CHARS = 4000
@@ -163,7 +164,8 @@ def backends_status() -> str:
     for server in POOL.describe():
         doing = server["progress"] or (f"ready (started in {server['startup_s']:.0f} s)" if server["startup_s"] is not None
                                        and server["state"] == "running" and server["phase"] == "ready" else server["state"])
-        lines.append(f"- running: {server['backend']} `{server['model']}` on port {server['port']}: {doing}")
+        # no local port: the page is public, and only the app talks to its servers
+        lines.append(f"- running: {server['backend']} `{server['model']}`: {doing}")
     return "\n".join(lines)
 
 
@@ -228,9 +230,11 @@ def _stream_slot(slot: int, target, messages: list[dict], settings: dict, out: q
 
 
 def chat(message: str, gold: str, model_1: str, model_2: str, model_3: str, temperature: float, top_p: float,
-         max_tokens: float, system: str, rewards: list[str], token: str = "", state: dict | None = None):
+         max_tokens: float, system: str, rewards: list[str], token: str = "", state: dict | None = None,
+         request: gr.Request | None = None):
     """Send one question to every chosen checkpoint; yields (chatbot 1..3, scores, notes, state) as replies stream.
-    `token`: the owner token, which lets this request start servers (visitors: see the module's docstring)."""
+    `token`: the owner token, which lets this request start servers (visitors: see the module's docstring);
+    `request`: whose the replies' math-verify questions are (Gradio passes it)."""
     keys = [model_1, model_2, model_3]
     state = state or new_state()
     missing = nothing_to_send(message, keys)
@@ -249,7 +253,7 @@ def chat(message: str, gold: str, model_1: str, model_2: str, model_3: str, temp
     settings = {"temperature": float(temperature), "top_p": float(top_p), "max_tokens": int(max_tokens)}
     gold = (gold or "").strip()
     replies: list[str | None] = [None] * SLOTS
-    scores = ReplyScores(gold, rewards)  # each reply scored once, when it finishes
+    scores = ReplyScores(gold, rewards, visitor_of_request(request))  # each reply scored once, when it finishes
     notes: list[str] = []
     out: queue.Queue = queue.Queue()
     cancelled = threading.Event()
@@ -342,7 +346,10 @@ def create_chat_tab() -> dict:
             with gr.Column():
                 pickers.append(gr.Dropdown(choices, value=default if slot == 0 else "", label=f"Checkpoint {slot + 1}",
                                            allow_custom_value=True, elem_id=f"chat-model-{slot + 1}"))
-                chatbots.append(gr.Chatbot(label=pane_title(default if slot == 0 else "", slot), height=420,
+                # empty panes small, growing with the replies: at 420 px fixed the question box and Send sat
+                # below the fold of a 1280x800 screen
+                chatbots.append(gr.Chatbot(label=pane_title(default if slot == 0 else "", slot), height=None,
+                                           min_height=200, max_height=480,
                                            elem_id=f"chat-bot-{slot + 1}",
                                            reasoning_tags=fold_tags(None)))
     with gr.Row():

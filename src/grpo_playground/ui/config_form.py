@@ -2,7 +2,9 @@
 
 Nothing here lists fields by hand: adding a field to grpo_playground.config adds it to the form. Each field
 maps to one component by its annotated type (numbers -> gr.Number, bools -> gr.Checkbox, choices ->
-gr.Dropdown, the reward weights -> a table of every registered reward, tags -> one box per tag).
+gr.Dropdown, the reward weights -> a table of every registered reward, tags -> one box per tag). The SFT and GRPO
+sections show the product's fields; their "All TRL options" accordion holds one YAML box for any other field of
+TRL's SFTConfig / GRPOConfig and the list of those fields, read from TRL's dataclasses (config/trl_fields.py).
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from dataclasses import dataclass, fields, replace
 import gradio as gr
 
 from grpo_playground.config import SECTIONS, ConfigError, RunConfig, config_from_dict, config_to_dict, recipe_from_text
-from grpo_playground.config.recipe_io import MAX_RECIPE_BYTES, RUN_SECTION
+from grpo_playground.config.recipe_io import MAX_RECIPE_BYTES, RUN_SECTION, safe_yaml, section_keys
+from grpo_playground.config.run_config import TRL_OPTIONS
+from grpo_playground.config.trl_fields import TRL_CLASSES
 from grpo_playground.rewards import REWARDS
 from grpo_playground.tags import Tags
 
@@ -35,7 +39,7 @@ def human_label(name: str) -> str:
 @dataclass(frozen=True)
 class FormField:
     name: str
-    kind: str  # bool | int | float | choice | text | int_list | text_list | weights | tag
+    kind: str  # bool | int | float | choice | text | int_list | text_list | weights | tag | trl
     help: str
     section: str | None = None  # None: a top-level field of RunConfig (the run name)
     choices: tuple = ()
@@ -57,12 +61,17 @@ class FormField:
         return f"cfg-{self.section or RUN_SECTION}-{self.label}"
 
     def get(self, data: dict):
+        if self.kind == "trl":  # the section's keys that are not the product's fields: its other TRL options
+            named = section_keys(self.section)[0]
+            return {key: value for key, value in data[self.section].items() if key not in named}
         value = data[self.section][self.name] if self.section else data[self.name]
         return value[self.tag] if self.tag else value
 
     def put(self, data: dict, value) -> None:
         target = data.setdefault(self.section, {}) if self.section else data
-        if self.tag:
+        if self.kind == "trl":
+            target.update(value)
+        elif self.tag:
             target.setdefault(self.name, {})[self.tag] = value
         else:
             target[self.name] = value
@@ -100,6 +109,10 @@ def form_fields() -> list[FormField]:
             cls = SECTIONS[f.name]
             hints = typing.get_type_hints(cls)
             for sub in fields(cls):
+                if sub.name == TRL_OPTIONS:
+                    title = f"All TRL options ({TRL_CLASSES[f.name][1]})"
+                    out.append(FormField(sub.name, "trl", sub.metadata["help"], f.name, optional=True, title=title))
+                    continue
                 got = _classify(sub, hints[sub.name])
                 for item in got if isinstance(got, list) else [got]:
                     out.append(replace(item, section=f.name))
@@ -130,7 +143,51 @@ def _component(field: FormField, value):
                             static_columns=[0, 2], wrap=True, label=field.title, elem_id=field.elem_id)
     if field.kind == "int_list":
         return gr.Textbox(value=_list_text(value), placeholder="e.g. 1, 2, 3 (empty = all)", **common)
+    if field.kind == "trl":
+        return _trl_options(field, value)
     return gr.Textbox(value=value, **common)
+
+
+TRL_COLUMNS = ["key", "type", "TRL's default", "what it does (TRL's help)"]
+
+
+def trl_options_table(section: str) -> list[list]:
+    """The section's TRL fields the form does not show as fields, one row each, from TRL's own dataclass: the stage's
+    own (GRPOConfig's) first, then those it shares with every trainer (TrainingArguments')."""
+    own = TRL_CLASSES[section][1]
+    specs = sorted(section_keys(section)[1].values(), key=lambda spec: spec.owner != own)
+    return [[spec.name, spec.annotation, repr(spec.default), spec.help] for spec in specs]
+
+
+def _trl_options(field: FormField, value: dict):
+    """One YAML box for the stage's other TRL options, and the list of them (closed: it is long)."""
+    rows = trl_options_table(field.section)
+    with gr.Accordion(f"{field.title}: {len(rows)} more fields", open=False,
+                      elem_id=f"cfg-section-{field.section}-trl"):
+        box = gr.Code(value=trl_options_text(value), language="yaml", label=f"{field.section}: other TRL options "
+                      "(YAML, one `key: value` a line; TRL's names, as in the list below)",
+                      elem_id=field.elem_id, lines=3, max_lines=12)
+        gr.Dataframe(value=rows, headers=TRL_COLUMNS, datatype=["str"] * 4, interactive=False, wrap=True,
+                     column_widths=["22%", "16%", "12%", "50%"], max_height=360,
+                     label=f"TRL's {TRL_CLASSES[field.section][1]} fields not shown above")
+    return box
+
+
+def trl_options_text(options: dict) -> str:
+    import yaml
+
+    return yaml.safe_dump(options, sort_keys=False, default_flow_style=False, width=120) if options else ""
+
+
+def trl_options_from_text(field: FormField, text) -> dict:
+    """The YAML box's mapping; a key the form shows as a field is refused (which value would win?)."""
+    value = safe_yaml(str(text or ""), f"{field.section}'s TRL options") or {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{field.section}.{TRL_OPTIONS}", value, "write one `key: value` a line, e.g. top_k: 50")
+    for key in value:
+        if key in section_keys(field.section)[0]:
+            raise ConfigError(f"{field.section}.{key}", value[key], "is a field of the form above: set it there")
+    return value
 
 
 def build_form(cfg: RunConfig) -> tuple[list[FormField], list]:
@@ -150,8 +207,8 @@ def build_form(cfg: RunConfig) -> tuple[list[FormField], list]:
             f"{RUN_SECTION}: the run's name (in a recipe file: name: at the top, or under {RUN_SECTION}:)"
         with gr.Accordion(heading, open=section is None, elem_id=f"cfg-section-{title}"):
             # the weights table gets a row of its own: three to a row squeezed it to ~160 px
-            tables = [s for s in section_specs if s.kind == "weights"]
-            boxes = [s for s in section_specs if s.kind != "weights"]
+            tables = [s for s in section_specs if s.kind in ("weights", "trl")]
+            boxes = [s for s in section_specs if s.kind not in ("weights", "trl")]
             for start in range(0, len(boxes), 3):
                 with gr.Row():
                     for spec in boxes[start : start + 3]:
@@ -186,6 +243,8 @@ def values_from_config(specs: list[FormField], cfg: RunConfig) -> list:
             value = weights_table(value)
         elif spec.kind == "int_list":
             value = _list_text(value)
+        elif spec.kind == "trl":
+            value = trl_options_text(value)
         elif spec.kind in ("int", "float") and spec.optional:
             value = _optional_text(value)
         values.append(value)
@@ -210,6 +269,8 @@ def config_from_values(specs: list[FormField], values: list) -> RunConfig:
         elif spec.kind == "int_list":
             parts = [p.strip() for p in str(value or "").split(",") if p.strip()]
             value = parts or None
+        elif spec.kind == "trl":
+            value = trl_options_from_text(spec, value)
         elif spec.kind in ("int", "float") and spec.optional:
             value = str("" if value is None else value).strip() or None  # the config coerces the text
         elif spec.kind in ("int", "float") and value is None:
@@ -234,7 +295,8 @@ def form_problems(specs: list[FormField], values: list) -> list[str]:
         try:
             config_from_values(specs, trial)
         except ConfigError as exc:
-            if exc.path.startswith(spec.key.rsplit(".", 1)[0] if spec.tag else spec.key):
+            # a tag's problem names its tags mapping; the TRL options box's, any key of its section
+            if exc.path.startswith(spec.key.rsplit(".", 1)[0] if spec.tag or spec.kind == "trl" else spec.key):
                 problems.append(str(exc))
         except ValueError as exc:  # a value the form could not even read (text in a weight cell)
             problems.append(f"{spec.key}: {exc}")

@@ -17,12 +17,20 @@ from pathlib import Path
 from typing import Callable
 
 import gradio as gr
+from fastapi import HTTPException
 from gradio.components.api_component import Api
 from gradio_client.utils import is_http_url_like
 
 from grpo_playground.config.recipe_io import MAX_RECIPE_BYTES
 from grpo_playground.rewards.custom import MAX_CODE_CHARS
-from grpo_playground.ui.request_limits import MAX_UPLOAD_BYTES, RequestLimits, guard_connections, sweep_uploads
+from grpo_playground.ui.request_limits import (
+    MAX_UPLOAD_BYTES,
+    RequestLimits,
+    guard_connections,
+    sweep_uploads,
+    visitor_of_request,
+)
+from grpo_playground.ui.token_guesses import TokenGuesses, token_inputs
 
 MONITORING_ENV = "GRPO_PLAYGROUND_MONITORING"
 # Sessions Gradio keeps: ~0.64 MB of per-session config each (measured) plus the inputs bounded below (~1 MB of
@@ -95,8 +103,9 @@ def configure_queue(demo: gr.Blocks) -> None:
 
 
 def bound_queue(demo: gr.Blocks) -> None:
-    """Give every concurrency group its own bound on waiting events, and refuse oversized inputs before they are
-    queued (so a refused paste is never held, in the queue or in a session)."""
+    """Give every concurrency group its own bound on waiting events, refuse oversized inputs before they are
+    queued (so a refused paste is never held, in the queue or in a session), and a visitor guessing the owner
+    token its events that carry one (token_guesses.py)."""
     queue = demo._queue
     shared: dict[str, int] = {}
     for fn in demo.fns.values():
@@ -109,11 +118,16 @@ def bound_queue(demo: gr.Blocks) -> None:
         raise ValueError(f"the shared concurrency groups {shared} take {held} of {MAX_THREADS} event slots: keep them "
                          f"under {MAX_THREADS - RESERVED_THREADS} so the owner's actions and the timers keep theirs")
     push = queue.push
+    guesses = TokenGuesses()
 
     async def bounded_push(body, request, username):
         fn = demo.fns.get(body.fn_index) if body.fn_index is not None else None
         if fn is None:
             return await push(body, request, username)  # Gradio's own error for a missing or unknown fn_index
+        tokens = [value for i, value in enumerate(body.data) if i in token_inputs(fn) and isinstance(value, str)
+                  and value]
+        if refusal := guesses.refusal(visitor_of_request(request), tokens):
+            raise HTTPException(status_code=429, detail=refusal)
         problems = [(block, input_problem(block, value)) for block, value in zip(fn.inputs, body.data)]
         # Values past the event's inputs (Gradio ignores them) and its event data would still wait in the queue.
         for what, extra in (("values past the event's inputs", body.data[len(fn.inputs):]),

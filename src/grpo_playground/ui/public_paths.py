@@ -5,6 +5,12 @@ evaluation checkpoints...). Every `gr.api` endpoint is registered through `publi
 answer and in the message of a refusal, each path under the runs folder as `<run id>/...` and each path under the
 other data folders as `<folder name>/...`. Values that come back as inputs (an evaluation checkpoint) are
 accepted in that form.
+
+The page's own events are a public API too (anyone can join the queue with an event's fn_index), and showed the
+same paths in the Training timer's log and status, the Evaluate log, the Chat status (a server's model path) and
+the page's /config once runs existed at start-up. `public_events(demo)` rewrites every event's answer and refusal
+and the page's config the same way. Files the page offers for download keep their Gradio file data (its URL names
+the file as Gradio serves it).
 """
 
 from __future__ import annotations
@@ -40,8 +46,15 @@ def run_relative(value, roots: list[tuple[str, str]] | None = None):
     if isinstance(value, (list, tuple)):
         return type(value)(run_relative(item, roots) for item in value)
     if isinstance(value, dict):
+        if isinstance(value.get("meta"), dict) and value["meta"].get("_type") == "gradio.FileData":
+            return value  # a file to download: Gradio serves it by its path
         return {run_relative(key, roots): run_relative(item, roots) for key, item in value.items()}
     return value
+
+
+def _public_error(exc: gr.Error) -> gr.Error:
+    return gr.Error(run_relative(str(exc.message)), duration=exc.duration, visible=exc.visible, title=exc.title,
+                    print_exception=exc.print_exception)
 
 
 def public_api(fn, api_name: str) -> None:
@@ -51,7 +64,40 @@ def public_api(fn, api_name: str) -> None:
         try:
             return run_relative(fn(*args, **kwargs))
         except gr.Error as exc:
-            raise gr.Error(run_relative(str(exc.message)), duration=exc.duration, visible=exc.visible,
-                           title=exc.title, print_exception=exc.print_exception) from None
+            raise _public_error(exc) from None
 
     gr.api(endpoint, api_name=api_name)
+
+
+def public_events(demo: gr.Blocks) -> None:
+    """Every event's answer (each streamed update too) and refusal, and the page's config, without absolute data
+    paths: rewritten where Gradio hands them to the browser, after each handler ran. A field the user edits and an
+    event reads back (a data source's path in the Training form) keeps its value: it must reach the server as it
+    left it. One the user cannot edit (interactive=False: the run history table) is only shown."""
+    read_back = {block._id for fn in demo.fns.values() for block in fn.inputs
+                 if getattr(block, "interactive", None) is not False}
+    process_api, get_config_file = demo.process_api, demo.get_config_file
+
+    async def public_process_api(block_fn, *args, **kwargs):
+        try:
+            result = await process_api(block_fn, *args, **kwargs)
+        except gr.Error as exc:
+            raise _public_error(exc) from None
+        fn = demo.fns[block_fn] if isinstance(block_fn, int) else block_fn
+        data = result.get("data") if isinstance(result, dict) else None
+        if isinstance(data, list):
+            roots = _roots()
+            result["data"] = [value if block._id in read_back else run_relative(value, roots)
+                              for block, value in zip(fn.outputs, data)] + data[len(fn.outputs):]
+        return result
+
+    def public_config():
+        config = get_config_file()
+        roots = _roots()
+        for component in config.get("components", []):
+            if component.get("id") not in read_back and "props" in component:
+                component["props"] = run_relative(component["props"], roots)
+        return config
+
+    demo.process_api = public_process_api
+    demo.get_config_file = public_config

@@ -41,6 +41,9 @@ MAX_SOCKETS_PER_ADDRESS = 256  # open sockets of one client address (not a trust
 HEAD_TIMEOUT_S = 10  # a new connection must finish its first request's head (line and headers) within this
 # Gradio's dev mode (`gradio app.py` reloading) and its vibe editor: nothing a deployed app serves.
 DEV_ROUTES = ("/gradio_api/dev/", "/gradio_api/vibe-edit", "/gradio_api/undo-vibe-edit")
+# Gradio's video-recording route (audio/video inputs, which the app has none of): it ran outside the queue and
+# echoed up to 1 MB a request back.
+UNUSED_ROUTES = ("/gradio_api/process_recording",)
 SPACE_ENV = "SPACE_ID"
 
 
@@ -48,12 +51,23 @@ def visitor_of(scope) -> str:
     """Whom a request counts against. On a Space every socket is the Space's proxy: the visitor is the address
     that proxy appended last to X-Forwarded-For (earlier entries are the client's own, free to forge). Elsewhere
     the client address as uvicorn gives it (it reads X-Forwarded-For only from FORWARDED_ALLOW_IPS)."""
-    if os.environ.get(SPACE_ENV):
-        forwarded = dict(scope["headers"]).get(b"x-forwarded-for", b"")
-        if forwarded.strip():
-            return forwarded.decode("latin-1").split(",")[-1].strip()
+    forwarded = dict(scope["headers"]).get(b"x-forwarded-for", b"").decode("latin-1")
     client = scope.get("client")
-    return client[0] if client else "unknown"
+    return _visitor(forwarded, client[0] if client else None)
+
+
+def visitor_of_request(request) -> str:
+    """visitor_of for a handler's gr.Request (None when a handler is called directly, not through the app)."""
+    if request is None:
+        return "unknown"
+    client = getattr(request, "client", None)
+    return _visitor(request.headers.get("x-forwarded-for", ""), getattr(client, "host", None))
+
+
+def _visitor(forwarded: str, client: str | None) -> str:
+    if os.environ.get(SPACE_ENV) and forwarded.strip():
+        return forwarded.split(",")[-1].strip()
+    return client or "unknown"
 
 
 def sweep_uploads(folder: Path, kept=frozenset(), max_age_s: float = UPLOAD_LIFETIME_S) -> tuple[int, int]:
@@ -218,7 +232,7 @@ class RequestLimits:
         return int(declared) if declared is not None and declared.strip().isdigit() else None
 
     def _refusal(self, path: str, headers: dict, visitor: str, upload: bool) -> tuple[int, str] | None:
-        if any(path.startswith(route) or path.rstrip("/") == route.rstrip("/") for route in DEV_ROUTES):
+        if any(path.startswith(route) or path.rstrip("/") == route.rstrip("/") for route in DEV_ROUTES + UNUSED_ROUTES):
             return 404, "Not Found"
         if self.open_requests[visitor] >= MAX_OPEN_REQUESTS_PER_VISITOR:
             return 429, f"{MAX_OPEN_REQUESTS_PER_VISITOR} requests from your address are open: close some first"

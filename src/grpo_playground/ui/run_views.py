@@ -56,7 +56,18 @@ CHARTS = [
           "stacked_bar"),
 ]
 FRAME_COLUMNS = ["step", "value", "series"]
-SAMPLE_TEXT_CHARS = 2000  # per completion in the table; the sandbox gets the full text
+# A completion cell: its start and its end, where the answer is (the table cut it at 240 characters from the start,
+# before any <SOLUTION> a reader looks for); the sandbox gets the full text.
+SAMPLE_CELL_CHARS = 240
+SAMPLE_HEAD_CHARS = 60
+ELISION = " [...] "
+
+
+def completion_cell(text: str, chars: int = SAMPLE_CELL_CHARS) -> str:
+    """`text` in at most `chars` characters: its first SAMPLE_HEAD_CHARS and as much of its end as fits."""
+    if len(text) <= chars:
+        return text
+    return text[:SAMPLE_HEAD_CHARS] + ELISION + text[-(chars - SAMPLE_HEAD_CHARS - len(ELISION)):]
 
 
 def _logged_rows(metrics: list[dict], stage: str | None) -> list[dict]:
@@ -99,12 +110,6 @@ def chart_frames(metrics: list[dict], shown: str | None = None) -> list[pd.DataF
             frame = frame[spent > 0].reset_index(drop=True)
         frames.append(frame)
     return frames
-
-
-def metric_keys(metrics: list[dict]) -> list[str]:
-    """Numeric keys logged by a run (for the comparison chart's picker)."""
-    keys = {k for m in _logged_rows(metrics, None) for k, v in m.items() if _number(v) is not None}
-    return sorted(keys - {"step", "max_steps", "time", "epoch"})
 
 
 def compare_frame(runs: dict[str, list[dict]], key: str, stage: str | None) -> pd.DataFrame:
@@ -205,7 +210,7 @@ def sample_table(sample: dict | None) -> pd.DataFrame:
             row[label] = _rounded(values[i]) if i < len(values) else None
         for name, scores in rewards.items():
             row[name] = _rounded(scores[i]) if i < len(scores) else None
-        row["completion"] = str(text)[:SAMPLE_TEXT_CHARS]
+        row["completion"] = completion_cell(str(text))
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -260,12 +265,19 @@ def findings_html(findings: list[dict]) -> str:
 
 
 def doctor_findings(file_findings: list[dict], metrics: list[dict]) -> list[dict]:
-    """The job's doctor.jsonl when it wrote one, else the doctor run here on the metrics (pure Python)."""
-    if file_findings:
-        return file_findings
-    from grpo_playground.doctor import diagnose
+    """The job's doctor.jsonl when it wrote one, else the doctor run here on the metrics (pure Python); a flat reward
+    says how long it has lasted by now (its finding counted only the first window: "3 logged steps" of 12)."""
+    from grpo_playground.doctor import diagnose, flat_streak
 
-    return [f.to_dict() for f in diagnose(metrics)]
+    findings = file_findings or [f.to_dict() for f in diagnose(metrics)]
+    out = []
+    for f in findings:
+        streak = flat_streak(metrics, f.get("stage") or "grpo") if f.get("rule") == "flat_reward" else []
+        if len(streak) > 1 and streak[0].get("step") <= f.get("step", 0) < streak[-1].get("step"):
+            f = {**f, "message": f"{f.get('message')}; still flat at the latest step: {len(streak)} logged steps in "
+                                 f"all (steps {streak[0].get('step')}-{streak[-1].get('step')})"}
+        out.append(f)
+    return out
 
 
 def preflight_markdown(report: dict | None) -> str:

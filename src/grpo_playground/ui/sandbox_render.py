@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 
 from grpo_playground.rewards import DesignReport, GroupScore, Mark
+from grpo_playground.rewards.group import score_text
 
 # Long completions show their head and tail (the answer is usually at the end); marks inside are kept.
 HEAD_CHARS, TAIL_CHARS = 1_500, 3_500
@@ -49,7 +50,7 @@ def render_details(group: GroupScore) -> str:
     cards = []
     for i, c in enumerate(group.completions, 1):
         rows = "".join(
-            f"<tr><td><code>{html.escape(name)}</code></td><td>{c.scores[name]:+g}</td>"
+            f"<tr><td><code>{html.escape(name)}</code></td><td>{score_text(c.scores[name])}</td>"
             f"<td>{html.escape(c.reasons.get(name, 'custom reward (your code)'))}</td></tr>"
             for name in group.names
         )
@@ -61,7 +62,8 @@ def render_details(group: GroupScore) -> str:
         number = f"<code>{html.escape(c.number[:40])}</code>" if c.number is not None else "none"
         cards.append(
             f'<div class="sandbox-card" style="border:1px solid var(--border-color-primary);border-radius:6px;padding:8px;margin:6px 0">'
-            f"<b>#{i}</b> total <b>{c.total:+.4g}</b>, advantage <b>{c.advantage:+.4g}</b>"
+            f"<b>#{i}</b> total <b>{score_text(c.total, '+.4g')}</b>, "
+            f"advantage <b>{score_text(c.advantage, '+.4g')}</b>"
             f"<div style='font-size:90%'>{found}; number read by check_numbers: {number}; tags: {counts}</div>"
             f'<pre style="white-space:pre-wrap;margin:6px 0">{highlight(c.text, c.marks) or "<i>(empty)</i>"}</pre>'
             f'<table style="font-size:90%">{rows}</table></div>'
@@ -83,15 +85,27 @@ def render_report(group: GroupScore | None, design: DesignReport | None, notes: 
             reason = group.zero_variance_reason
             lines.append(f"⚠️ **Zero variance: this group will not learn.** **What to do:** {esc(zero_variance_fix(group))}"
                          f"\n\nWhy: {esc(reason[0].upper() + reason[1:])}.")
+        if group.unscored:
+            lines.append(
+                f"⚠️ **{group.unscored} of {len(group.completions)} completions could not be scored:** math-verify "
+                "(answer_equivalence) did not answer within this request's time (its checkers were busy, or the "
+                "answer took too long to parse). Their totals, and the group's mean, std and advantages, which "
+                "depend on every total, are not shown as numbers: score again in a moment.")
         lines.append(
-            f"Group of {len(group.completions)}: mean {group.mean:+.4g}, std {group.std:.4g}, "
+            f"Group of {len(group.completions)}: mean {score_text(group.mean, '+.4g')}, "
+            f"std {score_text(group.std, '.4g')}, "
             f"advantages {'(total - mean) / (std + 1e-4)' if group.scale == 'group' else 'total - mean (Dr. GRPO)'}."
         )
     if design is not None:
         if design.findings:
-            lines.append("**Reward design check** (about the weights, for any group; not this group's fix):")
-        for f in design.findings:
-            lines.append(f"{'⚠️ **Reward design:**' if f.severity == 'warning' else 'ℹ️'} {esc(f.message)}")
+            # one line, opened on demand: the default set's own warnings stood above every result (issue 39 item 5)
+            warnings = sum(f.severity == "warning" for f in design.findings)
+            count = f"{warnings} warning{'s' * (warnings != 1)}" if warnings else "notes"
+            items = "".join(f"<p>{'⚠️ <b>Reward design:</b>' if f.severity == 'warning' else 'ℹ️'} {esc(f.message)}</p>"
+                            for f in design.findings)
+            lines.append(f"<details id='sandbox-design'><summary>{'⚠️' if warnings else 'ℹ️'} <b>Reward design check"
+                         f"</b>: {count} about these weights, for any group, not this group's fix (open to read)"
+                         f"</summary>{items}</details>")
         if design.ok:
             lines.append("✔ Reward design check: no completion without a clean answer outscores a wrong one.")
     return "\n\n".join(lines)

@@ -12,7 +12,9 @@ returns a table with one row per completion, one column per enabled reward, `tot
 
 from __future__ import annotations
 
+import functools
 import inspect
+import math
 import re
 from dataclasses import dataclass
 
@@ -31,8 +33,13 @@ from grpo_playground.rewards import (
     check_design,
     score_group,
 )
+from grpo_playground.rewards.equivalence import VISITOR
+from grpo_playground.rewards.group import COULD_NOT_SCORE
 from grpo_playground.rewards.scoring_request import check_gold, scoring_request
+from grpo_playground.config import RewardSettings
+from grpo_playground.rewards.shaping import DEFAULT_SHAPING
 from grpo_playground.tags import DEFAULT_TAGS, Tags
+from grpo_playground.ui.request_limits import visitor_of_request
 from grpo_playground.ui.sandbox_input import MAX_PASTE_CHARS, join_group, read_completions_file, split_group
 from grpo_playground.ui.sandbox_render import render_details, render_report
 
@@ -47,6 +54,7 @@ EXAMPLE_GROUP = [
     "<start_working_out>6 + 7 = 13<end_working_out><SOLUTION>13</SOLUTION> Let me double-check: 6 + 7 is 13, and",
 ]
 EXAMPLE_ANSWER = "42"
+MAX_COMPLETION_TOKENS = 131072  # grpo.max_completion_length's own bound
 SCORE_CONCURRENCY = 16  # score events at once; most finish in milliseconds, a few may wait seconds on a checker
 
 
@@ -71,19 +79,58 @@ def _custom_scores(code: str, completions: list[str], answer: str) -> list[float
 
 
 # The inputs of every handler, in order; the names are what gradio_client callers pass as keywords.
+# the shaped rewards' knobs, named as their recipe keys (rewards.<name>; the limit is grpo.max_completion_length)
+KNOB_NAMES = ["gate_on_format", "max_completion_length", "overlong_buffer", "cosine_max_len", "repetition_n_grams",
+              "repetition_max_penalty"]
 INPUT_NAMES = ["completions_text", "answer", "enabled", "scale", *DEFAULT_TAGS.to_dict(), "custom_code",
-               "owner_token", *(f"weight_{n}" for n in NAMES)]
+               "owner_token", *KNOB_NAMES, *(f"weight_{n}" for n in NAMES)]
 
 
 def _named_inputs(fn):
-    """Give a handler taking *args the signature of INPUT_NAMES, which Gradio publishes as the API's parameters."""
-    fn.__signature__ = inspect.Signature(
-        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in INPUT_NAMES]
-    )
-    return fn
+    """Give a handler taking *args the signature of INPUT_NAMES, which Gradio publishes as the API's parameters, and
+    a last parameter for the visitor's gr.Request (Gradio fills it; a direct call may leave it out): the handler's
+    math-verify questions count against that visitor (equivalence.VISITOR)."""
+
+    @functools.wraps(fn)
+    def handler(*args):
+        inputs, request = (args[:-1], args[-1]) if len(args) > len(INPUT_NAMES) else (args, None)
+        token = VISITOR.set(visitor_of_request(request))
+        try:
+            return fn(*inputs)
+        finally:
+            VISITOR.reset(token)
+
+    parameters = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in INPUT_NAMES]
+    request = inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=gr.Request)
+    handler.__signature__ = inspect.Signature([*parameters, request])
+    handler.__annotations__ = {"request": gr.Request}
+    return handler
 
 
-def compute(completions_text, answer, enabled, scale, rs, re_, ss, se, code, token, *weights) -> tuple[GroupScore, DesignReport]:
+def _number(name: str, value, whole: bool = True):
+    """A knob's box as a number (a script may send anything), or the error naming the box."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (whole and value != int(value)):
+        raise RewardInputError(f"{name} {value!r}: give a {'whole ' if whole else ''}number")
+    return int(value) if whole else float(value)
+
+
+def shaping_from(chosen: dict, gate, max_completion_length, overlong_buffer, cosine_max_len, n_grams, max_penalty):
+    """The knobs as a recipe's `rewards:` section holds them, checked by the same rules (errors name the key)."""
+    limit = _number("max completion length", max_completion_length)
+    if not 1 <= limit <= MAX_COMPLETION_TOKENS:
+        raise RewardInputError(f"max completion length {limit}: give the run's grpo.max_completion_length in "
+                               f"tokens, 1 to {MAX_COMPLETION_TOKENS}")
+    settings = RewardSettings(dict(chosen), gate_on_format=bool(gate),
+                              overlong_buffer=_number("overlong buffer", overlong_buffer),
+                              cosine_max_len=_number("cosine max length", cosine_max_len),
+                              repetition_n_grams=_number("repetition n-gram size", n_grams),
+                              repetition_max_penalty=_number("repetition max penalty", max_penalty, whole=False))
+    settings.validate_knobs()
+    return settings.shaping(limit)
+
+
+def compute(completions_text, answer, enabled, scale, rs, re_, ss, se, code, token, gate, max_completion_length,
+            overlong_buffer, cosine_max_len, n_grams, max_penalty, *weights) -> tuple[GroupScore, DesignReport]:
     """Everything the tab and the API show; bad input raises RewardInputError / ValueError with the fix."""
     if code and code.strip():  # running code is the owner's: checked before anything a stranger sent is read
         try:
@@ -95,6 +142,7 @@ def compute(completions_text, answer, enabled, scale, rs, re_, ss, se, code, tok
     for name in chosen:
         if chosen[name] is None:
             raise RewardInputError(f"weight of {name} is empty: give a number such as 1.0")
+    shaping = shaping_from(chosen, gate, max_completion_length, overlong_buffer, cosine_max_len, n_grams, max_penalty)
     completions = split_group(completions_text or "")
     answers = gold_answers(answer, len(completions), chosen)
     if code and code.strip() and len(answers) > 1:
@@ -103,8 +151,8 @@ def compute(completions_text, answer, enabled, scale, rs, re_, ss, se, code, tok
     gold = answers[0] if len(answers) == 1 else answers
     # one budget for the whole request, design check included: others keep their share
     with scoring_request(sum(map(len, completions))):
-        group = score_group(completions, gold, chosen, tags, scale, {"custom": custom} if custom else None)
-        return group, check_design(chosen, tags)
+        group = score_group(completions, gold, chosen, tags, scale, {"custom": custom} if custom else None, shaping)
+        return group, check_design(chosen, tags, shaping)
 
 
 # Rewards that compare the answer as a decimal number (float ratios): a fraction gold is "not a plain number" to them
@@ -154,7 +202,8 @@ def fraction_answer_hint(group: GroupScore) -> str | None:
 
 def _frame(group: GroupScore) -> pd.DataFrame:
     headers, rows = group.table()
-    return pd.DataFrame([[round(v, 6) for v in row] for row in rows], columns=headers)
+    return pd.DataFrame([[COULD_NOT_SCORE if math.isnan(v) else round(v, 6) for v in row] for row in rows],
+                        columns=headers)
 
 
 @_named_inputs
@@ -188,6 +237,30 @@ def upload_file(path):
     except (ValueError, OSError) as exc:
         raise gr.Error(str(exc)) from None
     return join_group(completions), answer if answer is not None else gr.update()
+
+
+def knob_defaults() -> dict:
+    """KNOB_NAMES -> the recipe's defaults (RewardSettings') and grpo.max_completion_length's."""
+    settings = RewardSettings()
+    return {"gate_on_format": settings.gate_on_format, "max_completion_length": DEFAULT_SHAPING.max_completion_length,
+            **{name: getattr(settings, name) for name in KNOB_NAMES[2:]}}
+
+
+def _knob_boxes() -> dict:
+    """The gate and the limit in view; the shaped rewards' other knobs folded (their defaults are open-r1's)."""
+    values = knob_defaults()
+    with gr.Row():
+        gate = gr.Checkbox(values["gate_on_format"], label="gate correctness on format", elem_id="sandbox-gate",
+                           info="rewards.gate_on_format: answer checks count only when the strict format matches, "
+                                "else score their lowest value")
+        limit = gr.Number(values["max_completion_length"], precision=0, minimum=1, maximum=MAX_COMPLETION_TOKENS,
+                          label="max completion length (tokens)",
+                          info="grpo.max_completion_length, the limit soft_overlong punishes near")
+    with gr.Accordion("Knobs of cosine_scaled, soft_overlong, repetition_penalty", open=False):
+        with gr.Row():
+            boxes = {name: gr.Number(values[name], precision=None if name == "repetition_max_penalty" else 0,
+                                     label=f"rewards.{name}", min_width=140) for name in KNOB_NAMES[2:]}
+    return {"gate_on_format": gate, "max_completion_length": limit, **boxes}
 
 
 def _registry_table() -> str:
@@ -226,11 +299,13 @@ class SandboxInputs:
     weights: dict[str, gr.Number]  # reward name -> its weight box
     scale: gr.Radio
     tags: dict[str, gr.Textbox]  # Tags field -> its box
+    knobs: dict[str, gr.components.Component]  # KNOB_NAMES -> its box (gate_on_format: a checkbox)
 
 
 def create_sandbox_tab() -> SandboxInputs:
     initial = score_view(join_group(EXAMPLE_GROUP), EXAMPLE_ANSWER, list(DEFAULT_WEIGHTS), "group",
-                         *DEFAULT_TAGS.as_list(), "", "", *(DEFAULT_WEIGHTS.get(n, 1.0) for n in NAMES))
+                         *DEFAULT_TAGS.as_list(), "", "", *knob_defaults().values(),
+                         *(DEFAULT_WEIGHTS.get(n, 1.0) for n in NAMES))
     gr.Markdown(
         "Paste real completions of your model (one, or a group separated by lines `---`) and the gold answer. "
         "Each reward's score, the group's advantages and the reasons update as you type."
@@ -258,6 +333,7 @@ def create_sandbox_tab() -> SandboxInputs:
                                for n in NAMES]
                 scale = gr.Radio(list(SCALE_MODES), value="group", label="advantage scaling",
                                  info="group: (r - mean) / (std + 1e-4), TRL's default; none: r - mean (Dr. GRPO)")
+                knobs = _knob_boxes()
             with gr.Accordion("What each reward scores", open=False):
                 gr.Markdown(_registry_table())
             with gr.Accordion("Custom reward (Python)", open=False):
@@ -272,7 +348,7 @@ def create_sandbox_tab() -> SandboxInputs:
             details = gr.HTML(initial[2], elem_id="sandbox-details")
             score_button = gr.Button("score", visible=False)
 
-    inputs = [completions, answer, enabled, scale, *tag_boxes, code, token, *weights]
+    inputs = [completions, answer, enabled, scale, *tag_boxes, code, token, *knobs.values(), *weights]
     # Scoring has its own pool of event slots: a request that waits on math-verify or custom code (blocked,
     # not computing) must not hold one of the app's few default slots while cheap requests queue behind it.
     scoring = {"concurrency_id": "score", "concurrency_limit": SCORE_CONCURRENCY}
@@ -283,4 +359,4 @@ def create_sandbox_tab() -> SandboxInputs:
     score_button.click(score_table, inputs, [table], api_name="score", **scoring)
     upload.upload(upload_file, upload, [completions, answer], api_visibility="private")
     return SandboxInputs(completions, answer, enabled, dict(zip(NAMES, weights)), scale,
-                         dict(zip(DEFAULT_TAGS.to_dict(), tag_boxes)))
+                         dict(zip(DEFAULT_TAGS.to_dict(), tag_boxes)), knobs)

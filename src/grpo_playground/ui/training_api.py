@@ -1,6 +1,7 @@
 """The Training tab's API: the same operations its buttons use, for gradio_client and scripts.
 
-api_name: /start (recipe YAML, stage, token), /stop and /resume (run id, token), /export (run id, GGUF types,
+api_name: /start (recipe YAML, stage, token), /preview_data (recipe YAML, stage, token: its first rows as the model
+sees them), /stop and /resume (run id, token), /export (run id, GGUF types,
 token, stage), /scale_out (run id, token: the run as a verl / OpenRLHF job), /status (run id), /runs, /metrics (run
 id: every metrics row, what the charts draw) and /samples (run id: the latest sample group, what the samples table
 shows). Starting, stopping, resuming, exporting and scaling out need the owner token when GRPO_PLAYGROUND_OWNER_TOKEN
@@ -16,6 +17,7 @@ import gradio as gr
 
 from grpo_playground import jobs
 from grpo_playground.config import ConfigError
+from grpo_playground.jobs.data_preview import run_preview
 from grpo_playground.jobs.exports import export_state, start_export
 from grpo_playground.jobs.scale_outs import scale_out_state, start_scale_out
 from grpo_playground.ui.config_form import config_from_yaml_text
@@ -78,6 +80,14 @@ def api_start(recipe_yaml: str, stage: str = "all", token: str = "") -> dict:
 
 
 @_api
+def api_preview_data(recipe_yaml: str, stage: str = "grpo", token: str = "") -> dict:
+    """The first rows of a recipe's `stage` data (sft or grpo) as its model will see them: rendered prompt, gold
+    answer, SFT target; with the rows read and skipped by reason. Owner only (a source names server files)."""
+    jobs.check_owner(token, "previewing data")  # before the YAML is read
+    return run_preview(config_from_yaml_text(recipe_yaml), stage, token)
+
+
+@_api
 def api_stop(run_id: str, token: str = "") -> dict:
     """Ask a run to save and stop (the whole process group is killed after the grace period)."""
     jobs.stop_run(run_id, token)
@@ -136,4 +146,4 @@ def api_runs() -> list[dict]:
 # (function, api_name): registered by the Training tab before its own listeners, so these keep the plain names
 ENDPOINTS = ((api_start, "start"), (api_stop, "stop"), (api_resume, "resume"), (api_status, "status"),
              (api_runs, "runs"), (api_export, "export"), (api_scale_out, "scale_out"), (api_metrics, "metrics"),
-             (api_samples, "samples"))
+             (api_samples, "samples"), (api_preview_data, "preview_data"))

@@ -19,7 +19,9 @@ from grpo_playground.cli.args import TrainArgs
 from grpo_playground.config import ConfigError, RunConfig, config_from_dict, config_to_dict, dump_recipe, load_recipe
 from grpo_playground.contracts.shipped import RECIPES_DIR, shipped_recipes
 from grpo_playground.memory_budget import budget_note
+from grpo_playground.jobs.data_preview import run_preview
 from grpo_playground.ui.config_form import FormField, build_form, config_from_values, form_problems, values_from_config
+from grpo_playground.ui.data_preview import PreviewPart, build_preview, error_html, preview_html
 from grpo_playground.ui.training_api import USER_ERRORS, user_error
 
 START_ID = "training-start"  # the skip link (ui/skip_link.py) moves the focus here
@@ -85,6 +87,7 @@ class FormPart:
     message: gr.Markdown
     cli: gr.Code
     loaded_from: gr.State  # (file name, its values) of the recipe the form was loaded from
+    preview: PreviewPart
 
 
 def build_form_part() -> FormPart:
@@ -116,8 +119,9 @@ def build_form_part() -> FormPart:
                                  height=120, scale=2)
                 save = gr.Button("Save recipe", scale=1)
             saved = gr.File(label="Your recipe", interactive=False, visible=False)  # shown once saved
+            preview = build_preview()
     return FormPart(recipe_pick, load, upload, save, saved, specs, fields, stage, token, start, message, cli,
-                    gr.State((default_file, config_to_dict(cfg))))
+                    gr.State((default_file, config_to_dict(cfg))), preview)
 
 
 def wire_form(part: FormPart, started: list, on_start) -> None:
@@ -139,12 +143,13 @@ def wire_form(part: FormPart, started: list, on_start) -> None:
         return loaded(load_recipe(RECIPES_DIR / f"{name}.yaml"), f"recipes/{name}.yaml")
 
     def load_uploaded(path):
+        """The form from an uploaded file; a refused file leaves the upload box (it stayed there as if loaded)."""
         if not path:
-            return [gr.skip()] * (len(fields) + 3)
+            return [gr.skip()] * (len(fields) + 4)
         try:
-            return loaded(load_recipe(path), f"{Path(path).name}")
+            return [*loaded(load_recipe(path), f"{Path(path).name}"), gr.skip()]
         except USER_ERRORS as exc:
-            return load_failed(f"{Path(path).name} was not loaded: {exc}")
+            return [*load_failed(f"{Path(path).name} was not loaded: {exc}"), None]
 
     def check_form(stage_value, source, *values):
         try:
@@ -192,10 +197,23 @@ def wire_form(part: FormPart, started: list, on_start) -> None:
             raise user_error(exc) from None
         return on_start(info)
 
+    def preview_data(stage_value, token_value, *values):
+        """The form's data source rendered by the form's model: its rows, or what to fix, in the preview box."""
+        try:
+            config = config_from_values(specs, list(values))
+        except (ConfigError, ValueError):
+            return error_html("fix the recipe first: " + "; ".join(form_problems(specs, list(values))))
+        try:
+            return preview_html(run_preview(config, stage_value, token_value))
+        except USER_ERRORS as exc:
+            return error_html(str(exc))
+
     ui = dict(api_visibility="private")
+    part.preview.button.click(preview_data, [part.preview.stage, part.token, *fields], part.preview.output,
+                              concurrency_limit=1, **ui)
     loaded_outputs = [*fields, part.message, part.cli, part.loaded_from]
     part.load.click(load_shipped, part.recipe_pick, loaded_outputs, **ui)
-    part.upload.upload(load_uploaded, part.upload, loaded_outputs, **ui)
+    part.upload.upload(load_uploaded, part.upload, [*loaded_outputs, part.upload], **ui)
     # always_last: an edit made while the previous check is still running is checked too (gradio's default, "once",
     # dropped it, and the message kept describing the form before that edit)
     gr.on([c.input for c in fields] + [part.stage.change], check_form, [part.stage, part.loaded_from, *fields],

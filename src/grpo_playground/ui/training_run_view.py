@@ -14,6 +14,7 @@ import gradio as gr
 
 from grpo_playground import jobs
 from grpo_playground.contracts.layout import GGUF_TYPES
+from grpo_playground.contracts.states import JobState
 from grpo_playground.jobs.comparisons import comparison_state, running_comparison
 from grpo_playground.jobs.exports import export_state
 from grpo_playground.jobs.scale_outs import scale_out_state
@@ -269,7 +270,9 @@ def control_updates(info: jobs.RunInfo | None) -> tuple[dict, dict]:
     failed one that saved something to resume from (one that failed on load would fail again)."""
     state = info.state if info else None
     resumable = state == "stopped" or (state == "failed" and saved_progress(info.path))
-    return gr.update(interactive=state in jobs.ACTIVE_STATES), gr.update(interactive=resumable)
+    # a run already stopping (saving at its next step) has nothing more to stop: a red Stop then misled
+    stoppable = state in jobs.ACTIVE_STATES and state != JobState.STOPPING
+    return gr.update(interactive=stoppable), gr.update(interactive=resumable)
 
 
 def _summary(tick: Tick, info: jobs.RunInfo, changed: bool) -> None:
@@ -400,10 +403,15 @@ def wire_run_view(run: RunViewPart, history: HistoryPart, timer: gr.Timer, token
     ui = dict(api_visibility="private")
     message_outputs = [run.message, run.message_for]
     run.stop.click(stop_selected, [run.run_pick, run.view, token], message_outputs, **ui)
+    # and off at once, outside the queue (it stayed red and clickable ~1 s, until the request's answer and a tick);
+    # the tick turns it back on if the request was refused
+    run.stop.click(lambda: gr.update(interactive=False), None, run.stop, queue=False, show_progress="hidden", **ui)
     run.resume.click(resume_selected, [run.run_pick, run.view, token], message_outputs, **ui)
     export_inputs = [run.run_pick, run.view, run.export_stage, run.gguf_types, token]
     run.export.click(export_selected, export_inputs, message_outputs, **ui)
-    run.next_export.click(export_selected, export_inputs, message_outputs, **ui)
+    # the card's button sits at the top; the export's progress shows in the Export panel far below: go there
+    run.next_export.click(export_selected, export_inputs, message_outputs, **ui).then(
+        None, js="() => document.getElementById('training-export-heading')?.scrollIntoView({block: 'start'})", **ui)
     run.scale_out.click(scale_out_selected, [run.run_pick, run.view, token], message_outputs, **ui)
     gr.on(None, initial_pick, None, [run.run_pick, screens, run.stop, run.resume], **ui)  # on page load
     # a user picking a run (or a chart stage) sees it at once; otherwise the timer refreshes every POLL_S

@@ -11,11 +11,10 @@ from grpo_playground.config import load_recipe
 from grpo_playground.run_layout import RECIPE_FILE
 from grpo_playground.rewards import one_group_scale
 from grpo_playground.ui import run_views
-from grpo_playground.ui.sandbox_tab import SandboxInputs
+from grpo_playground.ui.sandbox_tab import KNOB_NAMES, SandboxInputs
 
-# A completion cell shows this many characters (a click shows the rest; the sandbox gets the full text), and
-# the table scrolls inside its own box: a 2,000-character completion no longer stretches the page.
-CELL_CHARS = 240
+# The table scrolls inside its own box: a 2,000-character completion no longer stretches the page (a cell shows its
+# start and its end: run_views.completion_cell).
 TABLE_HEIGHT = 320
 
 
@@ -30,7 +29,8 @@ def build_samples() -> SamplesPart:
     gr.Markdown("### Latest sample group")
     caption = gr.Markdown()
     table = gr.Dataframe(run_views.sample_table(None), label="Completions with each reward's score, total and advantage",
-                         wrap=True, interactive=False, max_height=TABLE_HEIGHT, max_chars=CELL_CHARS,
+                         wrap=True, interactive=False, max_height=TABLE_HEIGHT,
+                         max_chars=run_views.SAMPLE_CELL_CHARS,
                          elem_id="training-samples")
     # enabled by the tick once the run has a sample group
     to_sandbox = gr.Button("Open this group in the Reward sandbox", interactive=False, elem_id="training-to-sandbox")
@@ -52,7 +52,8 @@ def sandbox_settings(run_id: str | None) -> dict | None:
     except (OSError, ValueError):  # an unreadable or hand-broken recipe: keep the sandbox's settings
         return None
     return {"weights": dict(cfg.rewards.weights), "tags": cfg.rewards.tags.to_dict(),
-            "scale": one_group_scale(cfg.grpo.scale_rewards)}
+            "scale": one_group_scale(cfg.grpo.scale_rewards), "max_completion_length": cfg.grpo.max_completion_length,
+            **{name: getattr(cfg.rewards, name) for name in KNOB_NAMES if name != "max_completion_length"}}
 
 
 def link_to_sandbox(samples: SamplesPart, view: gr.State, sandbox: SandboxInputs, tabs: gr.Tabs) -> None:
@@ -72,8 +73,12 @@ def link_to_sandbox(samples: SamplesPart, view: gr.State, sandbox: SandboxInputs
             out.update({box: weights[name] for name, box in sandbox.weights.items() if name in weights})
             out.update({box: settings["tags"][field] for field, box in sandbox.tags.items() if field in settings["tags"]})
             out[sandbox.scale] = settings["scale"]
+            out.update({box: settings[name] for name, box in sandbox.knobs.items()})
         return out
 
     outputs = [sandbox.completions, sandbox.answer, sandbox.enabled, *sandbox.weights.values(),
-               *sandbox.tags.values(), sandbox.scale, tabs]
-    samples.to_sandbox.click(open_group, view, outputs, api_visibility="private")
+               *sandbox.tags.values(), sandbox.scale, *sandbox.knobs.values(), tabs]
+    # then to the top of the page: the sandbox kept the Training tab's scroll and opened mid-page, its group summary
+    # above the viewport
+    samples.to_sandbox.click(open_group, view, outputs, api_visibility="private").then(
+        None, js="() => window.scrollTo({top: 0})", api_visibility="private")
