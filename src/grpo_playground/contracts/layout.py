@@ -40,6 +40,12 @@ QUANT_GGUF_TYPES = ("q8_0", "q6_k", "q5_k_m", "q4_k_m", "q4_0")  # ...and requan
 GGUF_TYPES = CONVERTER_GGUF_TYPES + QUANT_GGUF_TYPES
 
 
+def traceback_of(job_record: str) -> str:
+    """Where a background job's step writes why it failed, beside the job's record: export_job.json ->
+    export_job.traceback.txt (a training run's step: TRACEBACK_FILE)."""
+    return job_record.removesuffix(".json") + ".traceback.txt"
+
+
 def base_gguf_of(lora_gguf_name: str) -> str:
     """The file name of the base GGUF that a NAME.lora.gguf adapter runs on."""
     return lora_gguf_name[: -len(LORA_GGUF_SUFFIX)] + BASE_GGUF_SUFFIX

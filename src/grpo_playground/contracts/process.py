@@ -90,9 +90,17 @@ def write_json_atomic(path: str | Path, value: dict, indent: int | None = 1) -> 
     os.replace(tmp, path)
 
 
-def keep_traceback(path: str | Path) -> None:
-    """From now on an uncaught exception of this process is written to `path` (then printed as usual), so that
-    whoever supervises it reads why it died from that file, not from its log."""
+TRACEBACK_ENV = "GRPO_PLAYGROUND_TRACEBACK_FILE"  # set by a job's supervisor: where its step says why it failed
+
+
+def keep_traceback(path: str | Path | None = None) -> None:
+    """From now on an uncaught exception of this process is written to `path` (default: the file its job's
+    supervisor named in TRACEBACK_ENV; none outside a job), then printed as usual, so that whoever supervises it
+    reads why it died from that file, not from its log."""
+    path = path or os.environ.get(TRACEBACK_ENV)
+    if not path:
+        return
+
     def hook(kind, exc, tb) -> None:
         try:
             Path(path).write_text("".join(traceback.format_exception(kind, exc, tb)), encoding="utf-8")
@@ -101,6 +109,19 @@ def keep_traceback(path: str | Path) -> None:
         sys.__excepthook__(kind, exc, tb)
 
     sys.excepthook = hook
+
+
+def fail(message: str, code: int = 2, prefix: str = "error") -> int:
+    """A CLI's handled error: `prefix: message` on stderr and, in a job, `message` in its supervisor's traceback file
+    (TRACEBACK_ENV), where the app reads why the step failed. Returns `code`, the exit status."""
+    print(f"{prefix}: {message}", file=sys.stderr, flush=True)
+    path = os.environ.get(TRACEBACK_ENV)
+    if path:
+        try:
+            Path(path).write_text(message.replace("\n", " ") + "\n", encoding="utf-8")  # last_error reads one line
+        except OSError:
+            pass  # the stderr line stays
+    return code
 
 
 def last_error(path: str | Path) -> str:

@@ -1,0 +1,148 @@
+"""The app's five kinds of background job and the one status each is read as.
+
+A `JobKind` says what is particular to a kind: where its record, log and traceback file live in its folder, the CLI
+arguments class its steps run, and how its own result file reads. Everything else is the same for every kind:
+`start` writes the record and starts its supervisor (grpo_playground.jobs.record), and `status` reads it back as one
+`JobStatus`: the record says whether the job still runs, the child's result file whether it finished, and a failed
+job's reason comes from that result or from the step's traceback file (the supervisor copies its last line into the
+record), never from the log's text. Adding a kind is one `JobKind` here and the module that starts it (a kind that
+trains adds its records to record.SLOT_RECORDS, the training slot's queue).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Callable
+
+from grpo_playground.cli.args import CliArgs, CompareArgs, EvalArgs, ExportArgs, ScaleOutArgs, TrainArgs
+from grpo_playground.contracts.states import ACTIVE_STATES, JobState
+from grpo_playground.jobs.record import job_running, job_state, read_record, start_job
+from grpo_playground.run_layout import (
+    COMPARISON_JOB,
+    COMPARISON_LOG,
+    EVAL_JOB,
+    EVAL_LOG,
+    EXPORT_JOB,
+    EXPORT_LOG,
+    JOB_FILE,
+    LOG_FILE,
+    SCALE_OUT_DIR,
+    SCALE_OUT_JOB,
+    SCALE_OUT_LOG,
+    SCALE_OUT_RESULT,
+    STATUS_FILE,
+    TRACEBACK_FILE,
+    read_json,
+    traceback_of,
+)
+
+MAX_REASON_CHARS = 500
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a job's own result says: whether it finished, the error it wrote, and the result itself."""
+
+    ok: bool
+    error: str = ""
+    data: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """One job as the app shows it, the same for every kind."""
+
+    kind: str
+    state: str  # "none" (never started), or a JobState: created, queued, running, stopping, finished, stopped, failed
+    reason: str = ""  # why it failed or stopped
+    result: dict = field(default_factory=dict)  # its result file, this attempt's ({} when it wrote none)
+    record: dict = field(default_factory=dict)
+
+    @property
+    def running(self) -> bool:
+        """Starting, waiting for the training slot or running."""
+        return self.state in (JobState.CREATED, *ACTIVE_STATES)
+
+
+@dataclass(frozen=True)
+class JobKind:
+    name: str  # the record's "kind"
+    args: type[CliArgs]  # the CLI its steps run (a child's argv comes only from this class: cli.args)
+    record_file: str  # in the job's folder
+    log_file: str
+    traceback_file: str  # where the step's CLI writes why it failed (contracts.process.keep_traceback, fail)
+    read_result: Callable[[dict, Path], Outcome]  # (record, folder) -> what the job's own result file says
+
+    def record(self, folder: Path) -> Path:
+        return Path(folder) / self.record_file
+
+    def start(self, folder: Path, steps: list[dict], log: BinaryIO, env: dict[str, str], **kwargs) -> dict:
+        """Write the record of a job of this kind in `folder` and start its supervisor (record.start_job)."""
+        return start_job(self.record(folder), self.name, steps, log, env,
+                         traceback=Path(folder) / self.traceback_file, **kwargs)
+
+    def status(self, folder: Path) -> JobStatus:
+        record = read_record(self.record(folder))
+        if not record:
+            return JobStatus(self.name, "none")
+        state = job_state(record)
+        if job_running(record):
+            return JobStatus(self.name, state, record=record)
+        outcome = self.read_result(record, Path(folder))
+        if outcome.ok:
+            return JobStatus(self.name, JobState.FINISHED.value, result=outcome.data, record=record)
+        if state == JobState.STOPPED:
+            return JobStatus(self.name, state, record.get("reason") or "stopped on request", outcome.data, record)
+        # the child's own error, else the supervisor's: the step's traceback line and exit, a time limit, a death
+        reason = outcome.error or (f"the {self.name} process ended without a result "
+                                   f"({record.get('reason') or 'no exit status recorded'})")
+        return JobStatus(self.name, JobState.FAILED.value, reason[:MAX_REASON_CHARS], outcome.data, record)
+
+
+def this_attempt(record: dict, path: Path) -> dict:
+    """A result file written by the record's attempt: {} when missing, or left by an earlier attempt."""
+    result = read_json(path)
+    return result if float(result.get("started") or 0) >= float(record.get("started") or 0) else {}
+
+
+def _train_result(record: dict, folder: Path) -> Outcome:
+    status = read_json(folder / STATUS_FILE)  # the job keeps it; the supervisor writes how it ended if it could not
+    return Outcome(status.get("state") == JobState.FINISHED, str(status.get("reason") or ""), status)
+
+
+def _eval_result(record: dict, folder: Path) -> Outcome:
+    # it ran to its end when it was not stopped: each checkpoint's result file says whether that one was written
+    ended = bool(record.get("ended")) and record.get("state") != JobState.STOPPED
+    return Outcome(ended, data={item["out"]: Path(item["out"]).is_file() for item in record["meta"]["items"]})
+
+
+def _export_result(record: dict, folder: Path) -> Outcome:
+    result = this_attempt(record, Path(record.get("result") or ""))  # export/<stage>/export.json
+    return Outcome(result.get("state") == JobState.FINISHED, str(result.get("error") or ""), result)
+
+
+def scale_out_archive(run_dir: Path) -> Path:
+    """The download: the scale-out folder zipped beside it."""
+    return Path(run_dir) / f"{SCALE_OUT_DIR}.zip"
+
+
+def _scale_out_result(record: dict, folder: Path) -> Outcome:
+    result = read_json(folder / SCALE_OUT_DIR / SCALE_OUT_RESULT)  # the folder is removed before each attempt
+    archive = scale_out_archive(folder)
+    return Outcome(bool(result) and archive.is_file(), data={**result, "zip": str(archive)} if result else {})
+
+
+def _comparison_result(record: dict, folder: Path) -> Outcome:
+    result = read_json(Path(record.get("result") or ""))  # comparison_result.json, written last
+    return Outcome(bool(result), data=result)
+
+
+TRAIN = JobKind("train", TrainArgs, JOB_FILE, LOG_FILE, TRACEBACK_FILE, _train_result)
+EVAL = JobKind("eval", EvalArgs, EVAL_JOB, EVAL_LOG, traceback_of(EVAL_JOB), _eval_result)
+EXPORT = JobKind("export", ExportArgs, EXPORT_JOB, EXPORT_LOG, traceback_of(EXPORT_JOB), _export_result)
+SCALE_OUT = JobKind("scale-out", ScaleOutArgs, SCALE_OUT_JOB, SCALE_OUT_LOG, traceback_of(SCALE_OUT_JOB),
+                    _scale_out_result)
+COMPARE = JobKind("compare", CompareArgs, COMPARISON_JOB, COMPARISON_LOG, traceback_of(COMPARISON_JOB),
+                  _comparison_result)
+KINDS = {kind.name: kind for kind in (TRAIN, EVAL, EXPORT, SCALE_OUT, COMPARE)}
