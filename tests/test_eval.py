@@ -340,3 +340,5 @@ def test_a_vllm_evaluation_job_runs_every_checkpoint_in_one_process(tiny, tmp_pa
     # its record says so, not its log: the exit and the eval CLI's own error, which each checkpoint shows
     assert [(s["state"], s["reason"].split(":")[0]) for s in steps] == [("failed", "exit 2")]
     assert "vLLM backend cannot run here" in steps[0]["reason"] == state["items"][0]["reason"]
+    from grpo_playground.ui.eval_panel import job_status
+    assert "smollm2-135m: FAILED (exit 2: vLLM backend cannot run here" in job_status(state)  # the tab says why
