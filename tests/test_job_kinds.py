@@ -17,7 +17,10 @@ import pytest
 
 from grpo_playground.cli.args import ExportArgs, ScaleOutArgs
 from grpo_playground.jobs.exports import export_state, start_export
-from grpo_playground.jobs.kinds import KINDS
+from grpo_playground.jobs.control import spawn_job
+from grpo_playground.child_process import python_child_env
+from grpo_playground.jobs.kinds import KINDS, TRAIN, JobKind, Outcome, this_attempt
+from grpo_playground.jobs.record import step
 from grpo_playground.jobs.scale_outs import scale_out_state, start_scale_out
 from grpo_playground.run_layout import RECIPE_FILE, new_run_id, write_status
 
@@ -97,3 +100,40 @@ def test_every_kind_reads_as_one_status(trained_run):
     for kind in KINDS.values():
         status = kind.status(trained_run / "nothing-here")
         assert (status.kind, status.state, status.reason, status.running) == (kind.name, "none", "", False)
+
+
+def test_a_crashed_training_job_reads_as_the_same_status(trained_run):
+    """The fifth kind: its result is the run's status.json, where the supervisor writes the crash's reason."""
+    spawn_job(trained_run, [sys.executable, "-c", textwrap.dedent(CRASHES)])
+    deadline = time.monotonic() + 60
+    while TRAIN.status(trained_run).running and time.monotonic() < deadline:
+        time.sleep(0.1)
+    status = TRAIN.status(trained_run)
+    assert (status.kind, status.state) == ("train", "failed") and "RuntimeError: the real cause" in status.reason
+    assert "some library" not in status.reason and status.result["state"] == "failed"
+
+
+def test_a_new_kind_of_job_is_one_job_kind(tmp_path):
+    """Issue 37's target: a new kind is its JobKind and the module that starts it; the record, the supervisor, the
+    layout (its files are named from its name) and the status are the same for it, failures included."""
+    def read_quantized(record: dict, folder: Path) -> Outcome:
+        result = this_attempt(record, folder / "quantized.json")
+        return Outcome(bool(result.get("files")), data=result)
+
+    quantize = JobKind("quantize", ExportArgs, read_quantized)
+    writes = ("import json, sys, time; from grpo_playground.contracts.process import fail; "
+              "sys.exit(fail('q3 is no GGUF type')) if sys.argv[1] == 'q3' else "
+              "open(sys.argv[2], 'w').write(json.dumps({'started': time.time(), 'files': ['m.q4.gguf']}))")
+    for gguf in ("q4", "q3"):
+        with open(tmp_path / quantize.log_file, "wb") as log:
+            argv = [sys.executable, "-c", writes, gguf, str(tmp_path / "quantized.json")]
+            quantize.start(tmp_path, [step("quantize", argv)], log, python_child_env())
+        deadline = time.monotonic() + 30
+        while quantize.status(tmp_path).running and time.monotonic() < deadline:
+            time.sleep(0.1)
+        status = quantize.status(tmp_path)
+        if gguf == "q4":
+            assert (status.state, status.result["files"]) == ("finished", ["m.q4.gguf"])
+            assert (tmp_path / "quantize_job.json").is_file() and (tmp_path / "quantize.log").is_file()
+        else:  # the earlier attempt's result is not this one's
+            assert status.state == "failed" and "exit 2: q3 is no GGUF type" in status.reason, status

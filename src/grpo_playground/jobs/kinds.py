@@ -5,8 +5,9 @@ arguments class its steps run, and how its own result file reads. Everything els
 `start` writes the record and starts its supervisor (grpo_playground.jobs.record), and `status` reads it back as one
 `JobStatus`: the record says whether the job still runs, the child's result file whether it finished, and a failed
 job's reason comes from that result or from the step's traceback file (the supervisor copies its last line into the
-record), never from the log's text. Adding a kind is one `JobKind` here and the module that starts it (a kind that
-trains adds its records to record.SLOT_RECORDS, the training slot's queue).
+record), never from the log's text. Adding a kind is one `JobKind` here (its files are named from its name:
+contracts.layout.job_record, job_log) and the module that starts it; a kind that trains also adds its records to
+record.SLOT_RECORDS, the training slot's queue.
 """
 
 from __future__ import annotations
@@ -19,20 +20,15 @@ from grpo_playground.cli.args import CliArgs, CompareArgs, EvalArgs, ExportArgs,
 from grpo_playground.contracts.states import ACTIVE_STATES, JobState
 from grpo_playground.jobs.record import job_running, job_state, read_record, start_job
 from grpo_playground.run_layout import (
-    COMPARISON_JOB,
-    COMPARISON_LOG,
-    EVAL_JOB,
-    EVAL_LOG,
-    EXPORT_JOB,
-    EXPORT_LOG,
+    COMPARISON_STEM,
     JOB_FILE,
     LOG_FILE,
     SCALE_OUT_DIR,
-    SCALE_OUT_JOB,
-    SCALE_OUT_LOG,
     SCALE_OUT_RESULT,
     STATUS_FILE,
     TRACEBACK_FILE,
+    job_log,
+    job_record,
     read_json,
     traceback_of,
 )
@@ -69,10 +65,17 @@ class JobStatus:
 class JobKind:
     name: str  # the record's "kind"
     args: type[CliArgs]  # the CLI its steps run (a child's argv comes only from this class: cli.args)
-    record_file: str  # in the job's folder
-    log_file: str
-    traceback_file: str  # where the step's CLI writes why it failed (contracts.process.keep_traceback, fail)
     read_result: Callable[[dict, Path], Outcome]  # (record, folder) -> what the job's own result file says
+    stem: str = ""  # its files in its folder are STEM_job.json, STEM.log (default: its name, "-" as "_")...
+    record_file: str = ""  # ...unless named here
+    log_file: str = ""
+    traceback_file: str = ""  # where the step's CLI writes why it failed (contracts.process.keep_traceback, fail)
+
+    def __post_init__(self) -> None:
+        stem = self.stem or self.name.replace("-", "_")
+        object.__setattr__(self, "record_file", self.record_file or job_record(stem))
+        object.__setattr__(self, "log_file", self.log_file or job_log(stem))
+        object.__setattr__(self, "traceback_file", self.traceback_file or traceback_of(self.record_file))
 
     def record(self, folder: Path) -> Path:
         return Path(folder) / self.record_file
@@ -93,7 +96,8 @@ class JobKind:
         if outcome.ok:
             return JobStatus(self.name, JobState.FINISHED.value, result=outcome.data, record=record)
         if state == JobState.STOPPED:
-            return JobStatus(self.name, state, record.get("reason") or "stopped on request", outcome.data, record)
+            reason = outcome.error or record.get("reason") or "stopped on request"
+            return JobStatus(self.name, state, reason, outcome.data, record)
         # the child's own error, else the supervisor's: the step's traceback line and exit, a time limit, a death
         reason = outcome.error or (f"the {self.name} process ended without a result "
                                    f"({record.get('reason') or 'no exit status recorded'})")
@@ -138,11 +142,10 @@ def _comparison_result(record: dict, folder: Path) -> Outcome:
     return Outcome(bool(result), data=result)
 
 
-TRAIN = JobKind("train", TrainArgs, JOB_FILE, LOG_FILE, TRACEBACK_FILE, _train_result)
-EVAL = JobKind("eval", EvalArgs, EVAL_JOB, EVAL_LOG, traceback_of(EVAL_JOB), _eval_result)
-EXPORT = JobKind("export", ExportArgs, EXPORT_JOB, EXPORT_LOG, traceback_of(EXPORT_JOB), _export_result)
-SCALE_OUT = JobKind("scale-out", ScaleOutArgs, SCALE_OUT_JOB, SCALE_OUT_LOG, traceback_of(SCALE_OUT_JOB),
-                    _scale_out_result)
-COMPARE = JobKind("compare", CompareArgs, COMPARISON_JOB, COMPARISON_LOG, traceback_of(COMPARISON_JOB),
-                  _comparison_result)
+TRAIN = JobKind("train", TrainArgs, _train_result, record_file=JOB_FILE, log_file=LOG_FILE,
+                traceback_file=TRACEBACK_FILE)  # the run folder's own names
+EVAL = JobKind("eval", EvalArgs, _eval_result)  # in <runs>/evals/
+EXPORT = JobKind("export", ExportArgs, _export_result)  # in the run folder, as SCALE_OUT
+SCALE_OUT = JobKind("scale-out", ScaleOutArgs, _scale_out_result, stem=SCALE_OUT_DIR)
+COMPARE = JobKind("compare", CompareArgs, _comparison_result, stem=COMPARISON_STEM)  # in <runs>/comparisons/<id>/
 KINDS = {kind.name: kind for kind in (TRAIN, EVAL, EXPORT, SCALE_OUT, COMPARE)}
