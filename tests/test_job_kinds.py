@@ -41,7 +41,8 @@ KILLED = f"""
 """
 REFUSES = f"""
     import sys
-    from grpo_playground.contracts.process import fail
+    from grpo_playground.contracts.process import fail, keep_traceback
+    keep_traceback()
     print({STRAY!r}, file=sys.stderr, flush=True)
     sys.exit(fail("verl cannot start from this adapter"))
 """
@@ -86,6 +87,18 @@ def test_a_failed_export_says_why_from_the_child_not_from_its_log(trained_run, m
     assert STRAY in state["log"]  # the panel still shows the log, for people
 
 
+def test_a_grandchild_s_error_is_not_the_job_s_reason(trained_run, monkeypatch):
+    """A job's own children (the comparison's evaluations, a trainer's workers) do not write its reason."""
+    grandchild = "from grpo_playground.contracts.process import fail, keep_traceback; keep_traceback(); fail('inner')"
+    parent = ("import subprocess, sys; from grpo_playground.contracts.process import keep_traceback; keep_traceback(); "
+              f"subprocess.run([sys.executable, '-c', {grandchild!r}]); sys.exit(3)")
+    monkeypatch.setattr(ExportArgs, "command", lambda self: [sys.executable, "-c", parent])
+    start_export(trained_run.name)
+    state = ended(export_state, trained_run)
+    assert state["reason"] == "the export process ended without a result (exit 3)", state
+    assert "error: inner" in state["log"]  # it ran, and failed, inside the job
+
+
 def test_the_scale_out_cli_writes_its_refusal_where_the_job_reads_it(trained_run):
     """The real CLI, refused before any heavy import: a run folder without its recipe."""
     (trained_run / RECIPE_FILE).unlink(missing_ok=True)
@@ -121,8 +134,8 @@ def test_a_new_kind_of_job_is_one_job_kind(tmp_path):
         return Outcome(bool(result.get("files")), data=result)
 
     quantize = JobKind("quantize", ExportArgs, read_quantized)
-    writes = ("import json, sys, time; from grpo_playground.contracts.process import fail; "
-              "sys.exit(fail('q3 is no GGUF type')) if sys.argv[1] == 'q3' else "
+    writes = ("import json, sys, time; from grpo_playground.contracts.process import fail, keep_traceback; "
+              "keep_traceback(); sys.exit(fail('q3 is no GGUF type')) if sys.argv[1] == 'q3' else "
               "open(sys.argv[2], 'w').write(json.dumps({'started': time.time(), 'files': ['m.q4.gguf']}))")
     for gguf in ("q4", "q3"):
         with open(tmp_path / quantize.log_file, "wb") as log:
