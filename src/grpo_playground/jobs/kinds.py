@@ -20,6 +20,7 @@ from grpo_playground.cli.args import CliArgs, CompareArgs, EvalArgs, ExportArgs,
 from grpo_playground.contracts.states import ACTIVE_STATES, JobState
 from grpo_playground.jobs.record import job_running, job_state, read_record, start_job
 from grpo_playground.run_layout import (
+    COMPARISON_RESULT,
     COMPARISON_STEM,
     JOB_FILE,
     LOG_FILE,
@@ -138,7 +139,7 @@ def _scale_out_result(record: dict, folder: Path) -> Outcome:
 
 
 def _comparison_result(record: dict, folder: Path) -> Outcome:
-    result = read_json(Path(record.get("result") or ""))  # comparison_result.json, written last
+    result = read_json(folder / f"{COMPARISON_RESULT}.json")  # written last, by the experiment
     return Outcome(bool(result), data=result)
 
 
