@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable
 
 from grpo_playground.cli.args import CliArgs, CompareArgs, EvalArgs, ExportArgs, ScaleOutArgs, TrainArgs
+from grpo_playground.contracts.process import is_alive
 from grpo_playground.contracts.states import ACTIVE_STATES, JobState
 from grpo_playground.jobs.record import job_running, job_state, read_record, start_job
 from grpo_playground.run_layout import (
@@ -93,6 +94,8 @@ class JobKind:
         state = job_state(record)
         if job_running(record):
             return JobStatus(self.name, state, record=record)
+        if is_alive(record.get("pid"), record.get("start_ticks")):  # it wrote its end; a run's status.json comes last
+            return JobStatus(self.name, JobState.RUNNING.value, record=record)
         outcome = self.read_result(record, Path(folder))
         if outcome.ok:
             return JobStatus(self.name, JobState.FINISHED.value, result=outcome.data, record=record)
@@ -118,7 +121,8 @@ def _train_result(record: dict, folder: Path) -> Outcome:
 
 def _eval_result(record: dict, folder: Path) -> Outcome:
     # it ran to its end when it was not stopped: each checkpoint's result file says whether that one was written
-    ended = bool(record.get("ended")) and record.get("state") != JobState.STOPPED
+    ended = record.get("state") == JobState.FINISHED or (bool(record.get("ended"))
+                                                         and record.get("state") != JobState.STOPPED)
     return Outcome(ended, data={item["out"]: Path(item["out"]).is_file() for item in record["meta"]["items"]})
 
 
