@@ -335,6 +335,10 @@ def test_a_vllm_evaluation_job_runs_every_checkpoint_in_one_process(tiny, tmp_pa
     state = eval_job_state()
     assert [i["state"] for i in state["items"]] == ["failed", "failed"], state
     log = (tmp_path / "evals" / "eval.log").read_text()
-    assert log.count("vLLM backend cannot run here") == 1, log  # one process for both checkpoints
+    assert log.count("error: vLLM backend cannot run here") == 1, log  # one process for both checkpoints
     steps = json.loads((tmp_path / "evals" / "eval_job.json").read_text())["steps"]
-    assert [(s["state"], s["reason"]) for s in steps] == [("failed", "exit 2")]  # its record says so, not its log
+    # its record says so, not its log: the exit and the eval CLI's own error, which each checkpoint shows
+    assert [(s["state"], s["reason"].split(":")[0]) for s in steps] == [("failed", "exit 2")]
+    assert "vLLM backend cannot run here" in steps[0]["reason"] == state["items"][0]["reason"]
+    from grpo_playground.ui.eval_panel import job_status
+    assert "smollm2-135m: FAILED (exit 2: vLLM backend cannot run here" in job_status(state)  # the tab says why

@@ -366,14 +366,15 @@ def test_export_state_is_read_back_from_export_json(tmp_path):
     assert export_state(tmp_path)["state"] == "failed"
     result_file.write_text(json.dumps({"state": "finished", "started": 50.0, "files": {"gguf_q4_k_m": str(gguf)}}))
     assert "without a result (no exit status recorded)" in export_state(tmp_path)["reason"]
-    # a crash before export.json: the supervisor's exit reason and the traceback's last line say why
+    # a crash before export.json: the record's reason (its supervisor's: the exit and the traceback file's last
+    # line) says why, whatever the log's last line is
     (tmp_path / EXPORT_JOB).write_text(json.dumps({"pid": ended.pid, "state": "failed", "started": 100.0,
-                                                   "reason": "exit 1", "result": str(result_file)}))
+                                                   "reason": "exit 1: ValueError: no adapter",
+                                                   "result": str(result_file)}))
     (tmp_path / "export.log").write_text("[ui] export 2026-12-05: --run x\n[job] 08:00:00 export: python -m ...\n"
-                                         "Traceback (most recent call last):\nValueError: no adapter\n"
-                                         "[job] 08:00:01 export: failed (exit 1)\n")
-    assert export_state(tmp_path)["reason"] == ("the export process ended without a result (exit 1); its log ends "
-                                                "with: ValueError: no adapter")
+                                         "error: a stray line\n[job] 08:00:01 export: failed (exit 1)\n")
+    assert export_state(tmp_path)["reason"] == ("the export process ended without a result (exit 1: ValueError: "
+                                                "no adapter)")
     (tmp_path / EXPORT_JOB).write_text(json.dumps({"pid": ended.pid, "state": "running", "started": 100.0,
                                                    "result": str(result_file)}))
     greedy = {"match": True, "max_new_tokens": 16, "cases": [{"match": True}]}

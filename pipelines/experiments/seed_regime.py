@@ -387,8 +387,10 @@ def reward_curve(run_dir: Path, parts: int = 4) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     from grpo_playground.config import apply_overrides, load_recipe
+    from grpo_playground.contracts.process import keep_traceback
 
     args = parse_args(argv)
+    keep_traceback()  # in a job: why it died goes to the file its supervisor reads (not its evaluations' errors)
     cfg = apply_overrides(load_recipe(args.recipe), args.overrides)
     work = args.work.resolve()
     if args.sft_w_sha256:  # before anything runs: a wrong carried checkpoint costs no device time

@@ -17,10 +17,12 @@ import os
 import sys
 
 from grpo_playground.cli.args import EvalArgs
+from grpo_playground.contracts.process import fail, keep_traceback
 
 
 def main(argv: list[str] | None = None) -> int:
     args = EvalArgs.parse_args(argv)
+    keep_traceback()  # in a job: why it died goes to the file its supervisor reads
     if args.out and len(args.out) != len(args.model):
         EvalArgs.parser().error(f"{len(args.model)} --model but {len(args.out)} --out: give one --out per --model, or none")
 
@@ -41,8 +43,7 @@ def main(argv: list[str] | None = None) -> int:
                 _write(args.out[i], result)
             _report(result)
     except (ValueError, FileNotFoundError, RuntimeError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return fail(str(error))
     return 0
 
 

@@ -16,12 +16,14 @@ import os
 import sys
 
 from grpo_playground.cli.args import ExportArgs
+from grpo_playground.contracts.process import fail, keep_traceback
 
 
 def main(argv: list[str] | None = None) -> int:
     from grpo_playground.export import export_run
 
     args = ExportArgs.parse_args(argv)
+    keep_traceback()  # in a job: why it died goes to the file its supervisor reads
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
     def say(message: str) -> None:
@@ -32,8 +34,7 @@ def main(argv: list[str] | None = None) -> int:
                             out_dir=args.out, push_to_hub=args.push_to_hub, verify=not args.no_verify,
                             verify_tokens=args.verify_tokens, say=say)
     except (ValueError, FileNotFoundError, RuntimeError) as error:
-        print(f"export failed: {error}", file=sys.stderr)
-        return 2
+        return fail(str(error), prefix="export failed")
     for problem in result["errors"]:
         say(f"PROBLEM: {problem}")
     if result.get("hub"):

@@ -13,10 +13,12 @@ from __future__ import annotations
 import sys
 
 from grpo_playground.cli.args import ScaleOutArgs
+from grpo_playground.contracts.process import fail, keep_traceback
 
 
 def main(argv: list[str] | None = None) -> int:
     args = ScaleOutArgs.parse_args(argv)
+    keep_traceback()  # in a job: why it died goes to the file its supervisor reads
 
     from grpo_playground.config import ConfigError, apply_overrides, load_recipe
     from grpo_playground.contracts.shipped import recipe_path
@@ -31,8 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = scale_out.write(scale_out.plan(cfg, args.run), args.out, args.n_eval)
         archive = scale_out.zip_folder(args.out) if args.archive else None
     except (ConfigError, FileNotFoundError, FileExistsError, ValueError, RuntimeError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return fail(str(error))
     print(f"wrote {args.out}{f' and {archive}' if archive else ''}: {summary['rows']['train']} training and "
           f"{summary['rows']['test']} held-out prompts, reward.py, run_verl.sh (verl {summary['verl']}), "
           f"run_openrlhf.sh (OpenRLHF {summary['openrlhf']})")

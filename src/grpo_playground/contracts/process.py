@@ -90,9 +90,22 @@ def write_json_atomic(path: str | Path, value: dict, indent: int | None = 1) -> 
     os.replace(tmp, path)
 
 
-def keep_traceback(path: str | Path) -> None:
-    """From now on an uncaught exception of this process is written to `path` (then printed as usual), so that
-    whoever supervises it reads why it died from that file, not from its log."""
+TRACEBACK_ENV = "GRPO_PLAYGROUND_TRACEBACK_FILE"  # set by a job's supervisor: where its step says why it failed
+_traceback_file: Path | None = None  # this process's, once keep_traceback named it (fail writes there too)
+
+
+def keep_traceback(path: str | Path | None = None) -> None:
+    """From now on an uncaught exception of this process is written to `path` (default: the file its job's
+    supervisor named in TRACEBACK_ENV; none outside a job), then printed as usual, so that whoever supervises it
+    reads why it died from that file, not from its log. Its own children do not inherit TRACEBACK_ENV: a child's
+    error is not the job's reason."""
+    global _traceback_file
+    inherited = os.environ.pop(TRACEBACK_ENV, None)  # its own children report to it, not to its supervisor
+    path = path or inherited
+    if not path:
+        return
+    _traceback_file = Path(path)
+
     def hook(kind, exc, tb) -> None:
         try:
             Path(path).write_text("".join(traceback.format_exception(kind, exc, tb)), encoding="utf-8")
@@ -101,6 +114,18 @@ def keep_traceback(path: str | Path) -> None:
         sys.__excepthook__(kind, exc, tb)
 
     sys.excepthook = hook
+
+
+def fail(message: str, code: int = 2, prefix: str = "error") -> int:
+    """A CLI's handled error: `prefix: message` on stderr and, after keep_traceback, `message` in its traceback file,
+    where the app reads why the step failed. Returns `code`, the exit status."""
+    print(f"{prefix}: {message}", file=sys.stderr, flush=True)
+    if _traceback_file:
+        try:
+            _traceback_file.write_text(message.replace("\n", " ") + "\n", encoding="utf-8")  # last_error reads one line
+        except OSError:
+            pass  # the stderr line stays
+    return code
 
 
 def last_error(path: str | Path) -> str:

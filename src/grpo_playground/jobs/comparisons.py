@@ -30,10 +30,10 @@ from grpo_playground.contracts.states import JobState
 from grpo_playground.data import load_examples
 from grpo_playground.data.generator import LEVELS
 from grpo_playground.data.spec import parse_levels, parse_spec
-from grpo_playground.jobs.record import job_running, job_state, read_record, start_job, step, stop_job
+from grpo_playground.jobs.kinds import COMPARE
+from grpo_playground.jobs.record import step, stop_job
 from grpo_playground.run_layout import (
     COMPARISON_JOB,
-    COMPARISON_LOG,
     COMPARISON_RESULT,
     COMPARISON_WORK,
     GPU_LOCK,
@@ -175,24 +175,23 @@ def comparison_state(comparison_id: str) -> dict:
     "steps" (progress.json's), "current" (the running step's training status, if any), "result" (when finished),
     "log"}."""
     folder = comparison_path(comparison_id)
-    job = read_record(folder / COMPARISON_JOB)
-    meta = job.get("meta", {})
-    log = log_tail(folder / COMPARISON_LOG, LOG_TAIL_BYTES, lines=LOG_TAIL_LINES)
+    job = COMPARE.status(folder)
+    meta = job.record.get("meta", {})
+    log = log_tail(folder / COMPARE.log_file, LOG_TAIL_BYTES, lines=LOG_TAIL_LINES)
     progress_file = read_json(folder / COMPARISON_WORK / PROGRESS_FILE)
     progress = progress_file.get("steps", {})
-    result = read_json(folder / f"{COMPARISON_RESULT}.json") or None
-    if job_running(job):  # queued: its supervisor waits for the training slot
-        state = "waiting" if job_state(job) == JobState.QUEUED else "running"
+    if job.running:  # queued: its supervisor waits for the training slot
+        state = "waiting" if job.state == JobState.QUEUED else "running"
     else:
-        state = "finished" if result else ("stopped" if job_state(job) == JobState.STOPPED else "failed")
+        state = job.state
     running = [step for step, s in progress.items() if s.get("state") == "running"]
     current = {}
     if state == "running" and running and progress[running[-1]].get("run_dir"):
         current = read_json(Path(progress[running[-1]]["run_dir"]) / STATUS_FILE)
     return {"id": comparison_id, "state": state, "plan": meta.get("plan", {}), "recipe_name": meta.get("recipe_name"),
-            "command": meta.get("command", ""), "started": job.get("started"), "resumes": meta.get("resumes", 0),
+            "command": meta.get("command", ""), "started": job.record.get("started"), "resumes": meta.get("resumes", 0),
             "order": progress_file.get("order", []), "steps": progress,
-            "current": current, "result": result, "log": log}
+            "current": current, "result": job.result or None, "reason": job.reason, "log": log}
 
 
 def list_comparisons() -> list[str]:
@@ -202,7 +201,7 @@ def list_comparisons() -> list[str]:
 
 def running_comparison() -> str | None:
     for comparison_id in list_comparisons():
-        if job_running(read_record(comparisons_dir() / comparison_id / COMPARISON_JOB)):
+        if COMPARE.status(comparisons_dir() / comparison_id).running:
             return comparison_id
     return None
 
@@ -219,11 +218,11 @@ def _launch(folder: Path, plan: ComparisonPlan, meta: dict, log_mode: str) -> di
     env = job_env(OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     # the supervisor holds the training slot (the lock training jobs take) for the whole experiment; past the time
     # limit it stops the experiment and kills what is left of its group (a training child)
-    with open(folder / COMPARISON_LOG, log_mode) as log:
-        start_job(folder / COMPARISON_JOB, "compare", [step("experiment", command, MAX_JOB_S)], log, env,
-                  slot=runs_dir() / GPU_LOCK, result=folder / f"{COMPARISON_RESULT}.json",
-                  meta={**meta, "plan": asdict(plan),
-                        "command": "OMP_NUM_THREADS=1 " + shlex.join(["python", *command[1:]])})
+    with open(folder / COMPARE.log_file, log_mode) as log:
+        COMPARE.start(folder, [step("experiment", command, MAX_JOB_S)], log, env,
+                      slot=runs_dir() / GPU_LOCK, result=folder / f"{COMPARISON_RESULT}.json",
+                      meta={**meta, "plan": asdict(plan),
+                            "command": "OMP_NUM_THREADS=1 " + shlex.join(["python", *command[1:]])})
     return comparison_state(folder.name)
 
 
@@ -248,12 +247,12 @@ def resume_comparison(comparison_id: str) -> dict:
     if state == "finished":
         raise RuntimeError(f"comparison {comparison_id} has finished: start a new one to run it again")
     _refuse_while_one_runs()
-    meta = read_record(folder / COMPARISON_JOB).get("meta", {})
+    meta = COMPARE.status(folder).record.get("meta", {})
     return _launch(folder, ComparisonPlan(**meta.get("plan", {})),
                    {**meta, "resumes": meta.get("resumes", 0) + 1}, "ab")
 
 
 def stop_comparison(comparison_id: str) -> str:
-    pid = stop_job(comparison_path(comparison_id) / COMPARISON_JOB)
+    pid = stop_job(COMPARE.record(comparison_path(comparison_id)))
     return f"Comparison {comparison_id} is not running." if pid is None else \
         f"Stopped comparison {comparison_id} (pid {pid})."

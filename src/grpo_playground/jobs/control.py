@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 from grpo_playground.child_process import job_env
-from grpo_playground.cli.args import TrainArgs
 from grpo_playground.config import RunConfig, save_recipe
 from grpo_playground.contracts.process import is_alive, kill_group
-from grpo_playground.jobs.record import start_job, step
+from grpo_playground.jobs.kinds import TRAIN
+from grpo_playground.jobs.record import step
 from grpo_playground.jobs.runs import RunInfo, compact_metrics, load_run, queue_line, reconcile, stop_grace_s
 from grpo_playground.models.registry import unavailable_reason
 from grpo_playground.run_layout import (
@@ -32,7 +32,6 @@ from grpo_playground.run_layout import (
     RECIPE_FILE,
     RESUMES_KEY,
     STOP_FILE,
-    TRACEBACK_FILE,
     new_run_id,
     run_path,
     runs_dir,
@@ -74,7 +73,7 @@ def train_command(run_dir: Path, stage: str = "all", resume: bool = False) -> li
     """The CLI that runs a run folder's recipe, as the job runs it."""
     if stage not in JOB_STAGES:
         raise ValueError(f"stage {stage!r} is unknown: use one of {', '.join(JOB_STAGES)}")
-    return TrainArgs(Path(run_dir) / RECIPE_FILE, run_dir=Path(run_dir), stage=stage, resume=resume).command()
+    return TRAIN.args(Path(run_dir) / RECIPE_FILE, run_dir=Path(run_dir), stage=stage, resume=resume).command()
 
 
 def shell_command(command: list[str]) -> str:
@@ -94,15 +93,15 @@ def spawn_job(run_dir: Path, command: list[str], stage: str = "all") -> RunInfo:
     """Queue `command` as the job of `run_dir`: its supervisor runs it when the training slot is free and it is
     first in line. start_run and resume_run use this with the training CLI."""
     run_dir = Path(run_dir).resolve()
-    for stale in (STOP_FILE, JOB_FILE, TRACEBACK_FILE):  # the previous attempt's
+    for stale in (STOP_FILE, JOB_FILE):  # the previous attempt's (its traceback: TRAIN.start)
         (run_dir / stale).unlink(missing_ok=True)
     # pid None: the previous attempt's pid must not make this fresh entry look dead before job.json exists
     write_status(run_dir, state="queued", pid=None, reason="waiting for the training slot")
     with open(run_dir / LOG_FILE, "ab") as log:
         log.write(f"\n[ui] {time.strftime('%Y-%m-%d %H:%M:%S')} queued: {shell_command(command)}\n".encode())
         log.flush()
-        start_job(run_dir / JOB_FILE, "train", [step("train", command)], log, job_env(),
-                  slot=runs_dir() / GPU_LOCK, meta={"stage": stage, "command": command}, grace_s=stop_grace_s())
+        TRAIN.start(run_dir, [step("train", command)], log, job_env(), slot=runs_dir() / GPU_LOCK,
+                    meta={"stage": stage, "command": command}, grace_s=stop_grace_s())
     return load_run(run_dir)
 
 

@@ -3,7 +3,8 @@
 Like a training job, it outlives the browser and the app: its job record (grpo_playground.jobs.record: one step per
 checkpoint, each the eval CLI under a time limit) is <runs>/evals/eval_job.json, its output goes to
 <runs>/evals/eval.log (a file, never a pipe), and its state and each checkpoint's (done, failed, stopped) are read
-from the record the supervisor keeps. Stop signals the whole process group.
+from the record the supervisor keeps (grpo_playground.jobs.kinds.EVAL), a failed one's reason too (its exit and the
+eval CLI's error or traceback line). Stop signals the whole process group.
 """
 
 from __future__ import annotations
@@ -15,29 +16,26 @@ from grpo_playground.child_process import job_env
 from grpo_playground.contracts.process import log_tail
 from grpo_playground.contracts.states import StepState
 from grpo_playground.eval import results as store
-from grpo_playground.jobs.record import job_running, job_state, read_record, start_job, step, stop_job
-from grpo_playground.run_layout import EVAL_JOB, EVAL_LOG, evals_dir
+from grpo_playground.jobs.kinds import EVAL
+from grpo_playground.jobs.record import step, stop_job
+from grpo_playground.run_layout import EVAL_LOG, evals_dir
 
 MAX_EVAL_S = 3 * 3600  # per checkpoint: a hung model server or a huge n on CPU is stopped
 LOG_TAIL_BYTES = 4000
 
 
-def _job_file() -> Path:
-    return evals_dir() / EVAL_JOB
-
-
 def eval_job_state() -> dict:
     """{"state": none|running|finished|stopped|failed, "items": [{"label", "model", "out", "state":
-    pending|running|done|failed|stopped}], "log": tail} of the latest evaluation job, from its record."""
-    record = read_record(_job_file())
-    if not record:
+    pending|running|done|failed|stopped, "reason"}], "log": tail} of the latest evaluation job, from its record (a
+    job that ran to its end finished: its items say which checkpoints failed, and why)."""
+    job = EVAL.status(evals_dir())
+    if job.state == "none":
         return {"state": "none", "items": [], "log": ""}
-    alive, state = job_running(record), job_state(record)
-    if state == "failed" and record.get("ended"):
-        state = "finished"  # it ran to its end: its items say which checkpoints failed
+    record, alive = job.record, job.running
     items, seen_running = [], set()
     for item in record["meta"]["items"]:
         step_state = record["steps"][item["step"]]["state"]
+        reason = ""
         if Path(item["out"]).is_file():
             item_state = StepState.DONE
         elif step_state in (StepState.PENDING, StepState.RUNNING) and not alive:
@@ -47,8 +45,9 @@ def eval_job_state() -> dict:
             seen_running.add(item["step"])
         else:
             item_state = StepState.FAILED if step_state == StepState.DONE else step_state
-        items.append({**item, "state": str(item_state)})
-    return {"state": "running" if alive else state, "items": items,
+            reason = record["steps"][item["step"]]["reason"]  # its exit and the eval CLI's own error
+        items.append({**item, "state": str(item_state), "reason": reason})
+    return {"state": "running" if alive else job.state, "items": items,
             "log": log_tail(evals_dir() / EVAL_LOG, LOG_TAIL_BYTES)}
 
 
@@ -69,11 +68,11 @@ def start_eval_job(models: list[str], data: str, n: int, batch_size: int, max_ne
                                      [Path(i["out"]) for i in group], backend)
         steps.append(step(", ".join(i["label"] for i in group), command, MAX_EVAL_S * len(group)))
     with open(evals_dir() / EVAL_LOG, "wb") as log:  # one job's log at a time: the results files are the record
-        start_job(_job_file(), "eval", steps, log, job_env(OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1")),
-                  meta={"items": items, "data": data, "backend": backend})
+        EVAL.start(evals_dir(), steps, log, job_env(OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1")),
+                   meta={"items": items, "data": data, "backend": backend})
     return eval_job_state()
 
 
 def stop_eval_job() -> str:
-    pid = stop_job(_job_file())
+    pid = stop_job(EVAL.record(evals_dir()))
     return "No evaluation is running." if pid is None else f"Stopped the evaluation (pid {pid})."

@@ -1,9 +1,10 @@
-"""The job record: one schema for the app's background jobs (training, evaluation, export, comparison), and the
-one way to start one, read its state and stop it.
+"""The job record: one schema for the app's background jobs (training, evaluation, export, scale-out, comparison),
+and the one way to start one, read its state and stop it (what differs by kind: grpo_playground.jobs.kinds).
 
 A record is a JSON file (written atomically, by the supervisor once it runs):
-    {"kind": train|eval|export|compare, "steps": [{"label", "argv", "timeout_s", "state", "reason"}], "log": path,
-     "slot": path of the training slot's lock or null, "result": path of the job's result file or null,
+    {"kind": train|eval|export|scale-out|compare, "steps": [{"label", "argv", "timeout_s", "state", "reason"}],
+     "log": path, "slot": path of the training slot's lock or null, "result": path of the job's result file or null,
+     "traceback": path of the file a failing step writes why (contracts.process.TRACEBACK_ENV) or null,
      "grace_s": seconds a stopped step may take to exit before its group is killed, "pid" and "start_ticks" (the
      supervisor: the job's process group), "state" (JobState), "reason", "started" (when it was queued: the
      training slot's queue is first come, first served by it), "ended", "meta": what the job's kind keeps beside
@@ -37,7 +38,7 @@ from grpo_playground.contracts.states import ACTIVE_STATES, JobState, StepState
 
 START_TIMEOUT_S = 20.0  # the supervisor writes its pid within this (a Python start and two small imports)
 GRACE_S = 10.0  # a stopped or timed-out step's time to exit on SIGTERM before its group is killed
-# where, under the runs directory, the records that can wait for the training slot live: runs, comparisons
+# where, under the runs directory, the records of the kinds that train live (they wait for the training slot)
 SLOT_RECORDS = (f"*/{JOB_FILE}", f"{COMPARISONS_DIR}/*/{COMPARISON_JOB}")
 
 
@@ -54,13 +55,16 @@ def write_record(path: Path, record: dict) -> None:
 
 
 def start_job(path: Path, kind: str, steps: list[dict], log: BinaryIO, env: dict[str, str], *,
-              slot: Path | None = None, result: Path | None = None, meta: dict | None = None,
-              grace_s: float = GRACE_S) -> dict:
+              slot: Path | None = None, result: Path | None = None, traceback: Path | None = None,
+              meta: dict | None = None, grace_s: float = GRACE_S) -> dict:
     """Write the record and start its supervisor (output to the open `log`); returns the record once the
     supervisor has written its pid into it."""
     log_path = Path(log.name)
+    if traceback:
+        Path(traceback).unlink(missing_ok=True)  # an earlier attempt's
     write_record(path, {"kind": kind, "steps": steps, "log": str(log_path), "slot": str(slot) if slot else None,
-                        "result": str(result) if result else None, "grace_s": grace_s, "pid": None, "start_ticks": None,
+                        "result": str(result) if result else None, "traceback": str(traceback) if traceback else None,
+                        "grace_s": grace_s, "pid": None, "start_ticks": None,
                         "state": JobState.CREATED, "reason": "", "started": time.time(), "meta": meta or {}})
     # its own session (so its pid is the group Stop signals), output to the log file: never a pipe
     proc = subprocess.Popen([sys.executable, "-m", "grpo_playground.jobs.supervisor", str(path)], cwd=CHECKOUT,

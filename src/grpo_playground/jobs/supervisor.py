@@ -1,6 +1,6 @@
-"""One supervisor for the app's background jobs (training, evaluation, export, comparison): it runs a job record's
-steps in turn and writes every change of state into the record, so the app reads a job's state from its record,
-never from its log.
+"""One supervisor for the app's background jobs (training, evaluation, export, scale-out, comparison): it runs a job
+record's steps in turn and writes every change of state into the record, so the app reads a job's state from its
+record, never from its log.
 
     python -m grpo_playground.jobs.supervisor RECORD.json
 
@@ -13,10 +13,12 @@ log, the slot's fd passed on so the slot stays taken while any part of the job l
 and not a queue served by the app: the queue survives an app restart (it is the waiting supervisors and their
 records), and the kernel frees the slot when the job dies, however it dies.
 
-A step that exits 0 is "done", else "failed"; one past its limit is stopped and "failed"; the next step runs either
-way. SIGTERM (Stop) is passed to the running step (a trainer saves at its next step boundary) and marks it and the
-rest "stopped"; after the record's grace_s whatever is left in the group is killed. A training job's supervisor
-also keeps its run folder's status.json (grpo_playground.jobs.run_status).
+A step that exits 0 is "done", else "failed" with its reason: the exit code and the last line of the record's
+traceback file, where the step's CLI writes why it failed (contracts.process.keep_traceback and fail, told the path
+by TRACEBACK_ENV); one past its limit is stopped and "failed"; the next step runs either way. SIGTERM (Stop) is
+passed to the running step (a trainer saves at its next step boundary) and marks it and the rest "stopped"; after
+the record's grace_s whatever is left in the group is killed. A training job's supervisor also keeps its run
+folder's status.json (grpo_playground.jobs.run_status).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from grpo_playground.contracts.process import kill_group, process_start_ticks
+from grpo_playground.contracts.process import TRACEBACK_ENV, kill_group, last_error, process_start_ticks
 from grpo_playground.contracts.states import JobState, StepState
 from grpo_playground.jobs import run_status
 from grpo_playground.jobs.crash import oom_kill_count
@@ -66,9 +68,14 @@ def _take_slot(path: Path, lock: Path) -> int | None:
     return None
 
 
-def _run_step(step: dict, lock_fd: int | None, grace_s: float, on_start=None) -> tuple[str, str, int]:
+def _run_step(step: dict, lock_fd: int | None, grace_s: float, traceback: str | None,
+              on_start=None) -> tuple[str, str, int]:
     """Run one step to its end: (its state, a reason when it did not finish cleanly, its exit code)."""
-    child = subprocess.Popen(step["argv"], stdin=subprocess.DEVNULL, pass_fds=() if lock_fd is None else (lock_fd,))
+    env = {**os.environ, TRACEBACK_ENV: traceback} if traceback else None
+    if traceback:
+        Path(traceback).unlink(missing_ok=True)  # the step before's: each step's reason is its own
+    child = subprocess.Popen(step["argv"], stdin=subprocess.DEVNULL, env=env,
+                             pass_fds=() if lock_fd is None else (lock_fd,))
     if on_start:
         on_start(child.pid)
     limit = step.get("timeout_s")
@@ -87,8 +94,18 @@ def _run_step(step: dict, lock_fd: int | None, grace_s: float, on_start=None) ->
             child.returncode
     if terminated_at:
         return StepState.FAILED, f"over its {limit / 3600:g} h limit: stopped", child.returncode
-    state = (StepState.DONE, "") if child.returncode == 0 else (StepState.FAILED, f"exit {child.returncode}")
-    return (*state, child.returncode)
+    if child.returncode == 0:
+        return StepState.DONE, "", 0
+    exit_reason = f"exit {child.returncode}" if child.returncode > 0 else f"killed by {_signal_name(child.returncode)}"
+    error = last_error(traceback) if traceback else ""
+    return StepState.FAILED, f"{exit_reason}: {error}" if error else exit_reason, child.returncode
+
+
+def _signal_name(returncode: int) -> str:
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
 
 
 def supervise(path: Path) -> int:
@@ -115,7 +132,7 @@ def supervise(path: Path) -> int:
         record["state"], step["state"] = JobState.RUNNING, StepState.RUNNING
         write_record(path, record)
         _say(f"{step['label']}: {' '.join(step['argv'])}")
-        step["state"], step["reason"], returncode = _run_step(step, lock_fd, grace_s, on_start)
+        step["state"], step["reason"], returncode = _run_step(step, lock_fd, grace_s, record.get("traceback"), on_start)
         _say(f"{step['label']}: {step['state']}{' (' + step['reason'] + ')' if step['reason'] else ''}")
         if run_dir:  # no leftover (a generation worker) writes on while the run's end is recorded
             kill_group(os.getpgid(0), spare=os.getpid())

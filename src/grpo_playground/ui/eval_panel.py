@@ -55,7 +55,9 @@ def job_status(state: dict) -> str:
     head = {"running": "**Evaluating** (a background job: closing the browser does not stop it)",
             "finished": "**Last evaluation finished**", "stopped": "**Last evaluation was stopped**",
             "failed": "**Last evaluation failed** (its process died: see the log)"}[state["state"]]
-    return head + "  \n" + "  \n".join(f"{item['label']}: {marks[item['state']]}" for item in state["items"])
+    return head + "  \n" + "  \n".join(
+        f"{item['label']}: " + (f"FAILED ({item['reason']})" if item["state"] == "failed" and item.get("reason")
+                                else marks[item["state"]]) for item in state["items"])
 
 
 def readable_log(text: str) -> str:
