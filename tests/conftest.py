@@ -188,16 +188,16 @@ def fake_experiment(monkeypatch):
     tests/test_fake_experiment.py holds it to a real comparison) with the experiment's own arguments. The job's
     record, and so the panel, still show the real command. For tests of plumbing, never of a result."""
     from grpo_playground.cli.args import CompareArgs
-    from grpo_playground.jobs import comparisons
+    from grpo_playground.jobs import kinds
 
-    real_start = comparisons.start_job
+    real_start = kinds.start_job
 
     def start_fake(path, kind, steps, *args, **kwargs):
-        for step in steps:
+        for step in steps if kind == kinds.COMPARE.name else ():
             python, flag, module, *arguments = step["argv"]
             assert (flag, module) == ("-m", CompareArgs.MODULE), step["argv"]
             step["argv"] = [python, str(ROOT / "tests" / "fake_experiment.py"), *arguments]
         return real_start(path, kind, steps, *args, **kwargs)
 
-    monkeypatch.setattr(comparisons, "start_job", start_fake)
+    monkeypatch.setattr(kinds, "start_job", start_fake)
 
