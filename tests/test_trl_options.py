@@ -22,7 +22,8 @@ from grpo_playground.contracts.shipped import RECIPES_DIR, shipped_recipes
 
 ROOT = Path(__file__).resolve().parents[1]
 # What today's code built for each shipped recipe before the sections spoke TRL (tests/fixtures/, written once from
-# main at eb7e400 by building both configs the way the job does, on CPU, less the two folder paths).
+# main at eb7e400 by building both configs the way the job does, on CPU, less the two folder paths; quick's GRPO
+# lr, beta, temperature and max_steps changed since with the recipe: results/quick_grpo_rise.md).
 BEFORE = json.loads((ROOT / "tests" / "fixtures" / "trl_args_by_recipe.json").read_text())
 # Real GRPOConfig fields (TRL 1.14.2) that the product's code and docs never name: no code change made them work.
 UNNAMED = {"importance_sampling_level": ("sequence", "sequence"), "off_policy_mask_threshold": ("0.25", 0.25),
