@@ -166,10 +166,6 @@ class FormatGated(Reward):
             return Judgement(self.floor, f"gated: format failed ({pats.why_no_strict_match(text)}): {fmt(self.floor)}")
         return self.inner.judge(text, answer)
 
-    def __call__(self, prompts=None, completions=(), answer="", **kwargs) -> list[float]:
-        texts = [completion_text(c) for c in completions]
-        return [self.judge(t, a).score for t, a in zip(texts, answers_for(answer, len(texts)))]
-
     def __repr__(self) -> str:
         return f"FormatGated({self.inner!r}, {self.floor})"
 
