@@ -3,7 +3,7 @@
 The `sft:` and `grpo:` sections of a recipe take these fields by TRL's own names. The UI process must not import
 TRL (it pulls in torch), so the dataclasses are read with `ast` from the files pip installed, following each class's
 bases (GRPOConfig -> trl's _BaseConfig -> transformers' TrainingArguments): a field that a TRL upgrade adds is known
-here with no code change. tests/test_trl_fields.py checks this reading against `dataclasses.fields` of the classes.
+here with no code change. tests/test_trl_options.py checks this reading against `dataclasses.fields` of the classes.
 """
 
 from __future__ import annotations
