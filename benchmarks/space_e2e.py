@@ -31,6 +31,8 @@ from pathlib import Path
 
 import yaml
 
+from grpo_playground.config import config_from_dict
+
 ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "Tom has 12 apples and buys 7 more. He gives 5 to a friend. How many apples does he have now?"
 GOLD = "14"
@@ -214,12 +216,13 @@ def grpo_rows(metrics: list[dict]) -> list[dict]:
     return [row for row in metrics if row.get("stage") == "grpo" and "reward" in row]
 
 
-def chart_keys_seen(metrics: list[dict]) -> dict:
-    """Which of the Training tab's chart series have data in the GRPO rows."""
+def chart_keys_seen(metrics: list[dict], beta: float) -> dict:
+    """Which of the Training tab's chart series have data in the GRPO rows (KL only with beta > 0: without a
+    reference model TRL logs none, and the chart's title says so)."""
     rows = grpo_rows(metrics)
     keys = set().union(*(row.keys() for row in rows)) if rows else set()
-    wanted = ["reward", "reward_std", "kl", "completions/mean_length", "completions/clipped_ratio",
-              "frac_reward_zero_std"]
+    wanted = ["reward", "reward_std", *(["kl"] if beta > 0 else []), "completions/mean_length",
+              "completions/clipped_ratio", "frac_reward_zero_std"]
     return {"grpo_rows": len(rows), "per_reward_means": sorted(k for k in keys if k.startswith("rewards/") and k.endswith("/mean")),
             "series": {k: k in keys for k in wanted}, "timing_phases": sorted(k for k in keys if k.startswith("timing/"))}
 
@@ -341,7 +344,9 @@ def _drive(rec: Recorder, app: App, token: str, ctx: dict, args, skip: set[str],
     client = ctx["client"]
 
     def start():
-        summary = client.predict(recipe_text(args.recipe, args.set), "all", token, api_name="/start")
+        recipe = recipe_text(args.recipe, args.set)
+        ctx["beta"] = config_from_dict(yaml.safe_load(recipe)).grpo.beta
+        summary = client.predict(recipe, "all", token, api_name="/start")
         ctx["run"] = summary["run_id"]
         return {"run_id": summary["run_id"], "state": summary["state"]}
 
@@ -352,7 +357,8 @@ def _drive(rec: Recorder, app: App, token: str, ctx: dict, args, skip: set[str],
         seen = wait_for("GRPO's second logged step", lambda: client.predict(ctx["run"], api_name="/metrics"),
                         lambda m: len(grpo_rows(m)) >= 2 or status()["state"] in FINAL_STATES, args.timeout)
         sft = [r for r in seen if r.get("stage") == "sft" and "loss" in r]
-        return {"sft_rows": len(sft), "sft_last_loss": sft[-1]["loss"] if sft else None, **chart_keys_seen(seen)}
+        return {"sft_rows": len(sft), "sft_last_loss": sft[-1]["loss"] if sft else None,
+                **chart_keys_seen(seen, ctx["beta"])}
 
     rec.step("follow_to_grpo", "/metrics until GRPO logged 2 steps", first_grpo_steps, "train_start")
 
@@ -409,7 +415,7 @@ def _drive(rec: Recorder, app: App, token: str, ctx: dict, args, skip: set[str],
         if len(steps) != len(set(steps)):
             raise StepFailed(f"duplicate GRPO rows after the resume: steps {steps}")
         return {"status": info["status"], "grpo_steps": steps[-1] if steps else 0, "first_reward": rows[0]["reward"],
-                "last_reward": rows[-1]["reward"], **chart_keys_seen(metrics),
+                "last_reward": rows[-1]["reward"], **chart_keys_seen(metrics, ctx["beta"]),
                 "median_step_s": sorted(r.get("timing/step_s", 0) for r in rows)[len(rows) // 2] if rows else None}
 
     rec.step("train_finish", "/status until finished; /metrics", finish, "stop_resume")
