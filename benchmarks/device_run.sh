@@ -6,7 +6,7 @@
 # serve and eval-speed (the vLLM chat proof and eval timing); share-job-chat and share-chat-job (a chat server and
 # a training job on one GPU); report; seed-sft and seed-regime (issue 13's
 # experiment, in the background) and wait-seed (follows it until done or WAIT_S); shapes (the random-weight Qwen3
-# shapes, in the background); grpo-speed (issue 24's small rows and the plain vllm.LLM.generate of their batches), grpo-speed-8b (its Qwen3-8B rows, after grpo-speed), grpo-budget (issue 35's 22 GiB rows), wait-grpo-speed
+# shapes, in the background); grpo-speed (issue 24's small rows and the plain vllm.LLM.generate of their batches), grpo-speed-8b (its Qwen3-8B rows, after grpo-speed), grpo-budget (issue 35's 22 GiB rows), grpo-recipes (its shipped Qwen3 recipes, SFT and GRPO), wait-grpo-speed
 # (follows both until done or WAIT_S) and report-speed (their results/gpu/grpo_step.json into $OUT); gsm8k-data,
 # gsm8k-sft, gsm8k-lease1, gsm8k-bring-back(-grpo), gsm8k-restore, gsm8k-lease2 and wait-gsm8k (issue 20, two leases;
 # BENCHMARKS.md); space-e2e (the app itself through its
@@ -93,7 +93,7 @@ torch.cuda.device_count())"; } > $W/env.txt 2>&1; grep -v "^|" $W/env.txt | tail
     # same batches (benchmarks.vllm_rollout) runs alone on the GPU: SmolLM2's before the small rows, the 1.7B's last
     # shapes: the random-weight 1.7B and 8B shapes (torch, transformers and the base bundle's tokenizer suffice), written
     # while the other bundle parts travel; the suites wait for it
-    shapes) background shapes "$B models --out $W/models --shapes qwen3-1.7b-shape qwen3-8b-shape" ;;
+    shapes) background shapes "$B models --out $W/models --shapes ${SHAPES:-qwen3-1.7b-shape qwen3-8b-shape}" ;;
     grpo-speed) background grpo-speed "timeout 300 $ROLL --model smollm2-135m --tokens 128 --out $SPEED_DIR/vllm_rollout_smollm2.json \
       > $SPEED_DIR/vllm_rollout_smollm2.log 2>&1; $WAIT_SHAPES; $B models --out $W/models --shapes qwen3-1.7b-shape; \
       $B suite targets --models $W/models --gpus 0 --out $SPEED_DIR --timeout 420 --deadline ${SPEED_S:-1200}; \
@@ -106,13 +106,19 @@ torch.cuda.device_count())"; } > $W/env.txt 2>&1; grep -v "^|" $W/env.txt | tail
     # issue 35: the rented card's budget (gpu_grpo's `budget` suite: each row within 22 GiB, the plan beside the peak)
     grpo-budget) background grpo-budget "$WAIT_SHAPES; $B models --out $W/models --shapes qwen3-1.7b-shape qwen3-8b-shape; \
       $B suite budget --models $W/models --gpus 0 --out $SPEED_DIR --timeout 900 --deadline ${BUDGET_S:-1500}" ;;
-    wait-grpo-speed)  # follows whichever of grpo-speed, grpo-speed-8b and grpo-budget were started here
-      started grpo-speed grpo-speed-8b grpo-budget || continue
+    # issue 35's second lease: every shipped Qwen3 recipe as shipped, SFT and GRPO (gpu_grpo's `recipes` suite); start
+    # `shapes` with SHAPES="qwen3-8b-shape qwen3-1.7b-shape qwen3-4b-shape qwen3-0.6b-shape" in an earlier call
+    grpo-recipes) background grpo-recipes "$WAIT_SHAPES; $B models --out $W/models --shapes qwen3-8b-shape qwen3-1.7b-shape \
+      qwen3-4b-shape qwen3-0.6b-shape; $B suite recipes --models $W/models --gpus 0 --out $SPEED_DIR --timeout 600 \
+      --deadline ${BUDGET_S:-1500}" ;;
+    wait-grpo-speed)  # follows whichever of grpo-speed, grpo-speed-8b, grpo-budget and grpo-recipes were started here
+      started grpo-speed grpo-speed-8b grpo-budget grpo-recipes || continue
       end=$(( $(date +%s) + ${WAIT_S:-500} ))
-      while for j in grpo-speed grpo-speed-8b grpo-budget; do [ -f $W/$j.log ] && [ ! -f $W/$j.done ] && break; done; do
+      while for j in grpo-speed grpo-speed-8b grpo-budget grpo-recipes; do [ -f $W/$j.log ] && [ ! -f $W/$j.done ] && break; done; do
         [ $(date +%s) -ge $end ] && break; progress grpo_speed; sleep 20
       done
-      tail -3 $W/grpo-speed.log $W/grpo-speed-8b.log $W/grpo-budget.log 2>/dev/null; cat $W/grpo-*.done 2>/dev/null ;;
+      tail -3 $W/grpo-speed.log $W/grpo-speed-8b.log $W/grpo-budget.log $W/grpo-recipes.log 2>/dev/null
+      cat $W/grpo-*.done 2>/dev/null ;;
     report-speed) $B report $SPEED_DIR --out $W/grpo_step.json && cp $W/grpo_step.json $OUT/ && $B table $SPEED_DIR ;;
     # seed-sft: the data and sft-W alone (TRL and SmolLM2 suffice: it can run while the vLLM parts still travel);
     # seed-regime: after seed-sft (if started) and BEFORE_SEED, the whole experiment (sft-W is then skipped), its

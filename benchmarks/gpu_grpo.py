@@ -47,7 +47,7 @@ PLANNED_PEAK = re.compile(r"memory: memory budget [\d.]+ GiB: peak estimate ([\d
 
 # Published configs (grpo_playground.models.shapes); weights are random: speed only.
 SHAPES = {"qwen3-0.6b-shape": QWEN3["Qwen/Qwen3-0.6B"], "qwen3-1.7b-shape": QWEN3["Qwen/Qwen3-1.7B"],
-          "qwen3-8b-shape": QWEN3["Qwen/Qwen3-8B"]}
+          "qwen3-4b-shape": QWEN3["Qwen/Qwen3-4B"], "qwen3-8b-shape": QWEN3["Qwen/Qwen3-8B"]}
 
 
 @dataclass(frozen=True)
@@ -82,8 +82,9 @@ MODES = {
     "recipe": Mode("the shipped recipe's own mode", "", as_recipe=True),
 }
 BASELINE_MODE = "trl"
-SEED_RECIPE = str(ROOT / "recipes" / "qwen3-8b.yaml")  # the shipped recipe of the seed (Unsloth 4-bit + vLLM fast_inference)
-SUITES = ("qwen", "smollm2", "scaling", "vllm", "speed-base", "speed", "targets", "targets-8b", "budget")
+RECIPES = ROOT / "recipes"
+SEED_RECIPE = str(RECIPES / "qwen3-8b.yaml")  # the shipped recipe of the seed (Unsloth 4-bit + vLLM fast_inference)
+SUITES = ("qwen", "smollm2", "scaling", "vllm", "speed-base", "speed", "targets", "targets-8b", "budget", "recipes")
 
 
 @dataclass(frozen=True)
@@ -99,13 +100,15 @@ class RunSpec:
     recipe: str | None = None  # start from this shipped recipe (its batch, length, LoRA, share) instead of the defaults
     budget_gib: float | None = None  # hardware.gpu_memory_gib: the job plans, caps and refuses within it (None: the
     # shipped recipe's own, or none)
+    stage: str = "grpo"  # or "sft": the recipe's SFT stage on rows as long as its max_length (SFT_ROWS)
 
     @property
     def label(self) -> str:
         share = f"_s{self.vllm_share}" if self.vllm_share is not None else ""
         budget = f"_b{self.budget_gib:g}" if self.budget_gib is not None else ""
         base = f"_{Path(self.recipe).stem}" if self.recipe else ""
-        return (f"{Path(self.model).name}{base}_{self.mode}_L{self.completion}_p{self.prompts}_g{self.num_gpus}"
+        stage = "_sft" if self.stage == "sft" else ""
+        return (f"{Path(self.model).name}{base}{stage}_{self.mode}_L{self.completion}_p{self.prompts}_g{self.num_gpus}"
                 f"{share}{budget}")
 
 
@@ -242,16 +245,48 @@ def _write_from_recipe(spec: RunSpec, location: str, path: Path) -> Path:
     if spec.budget_gib is not None:  # else the recipe's own budget, as shipped
         cfg.hardware.gpu_memory_gib = spec.budget_gib
     cfg.model.name_or_path = location
+    cfg.tracking.swanlab = "disabled"
+    if spec.stage == "sft":
+        return _write_sft_recipe(cfg, spec, path)
     cfg.sft.enabled = False
     # the hub is out of reach on the GPU machine: GRPO's prompts and the pre-flight's held-out ones from the generator
     cfg.data.grpo_source, cfg.data.n_grpo, cfg.data.eval_source = "generator:train", 512, "generator:test"
     g = cfg.grpo
     g.max_steps, g.logging_steps, g.save_steps, g.preflight_prompts = spec.steps, 1, 100000, 1
     g.on_preflight_error = "continue"
-    cfg.tracking.swanlab = "disabled"
     if (g.max_completion_length, g.num_generations) != (spec.completion, spec.generations):
         raise ValueError(f"{spec.recipe} samples {g.num_generations} x {g.max_completion_length} tokens, not "
                          f"{spec.generations} x {spec.completion}: give the RunSpec the recipe's batch")
+    save_recipe(cfg.validate(), path)
+    return path
+
+
+SFT_ROWS = 64  # rows of the SFT timing's file: more than any SFT row spec steps through
+
+
+def sft_rows_file(path: Path) -> Path:
+    """Worked solutions longer than any recipe's sft.max_length (2048 tokens): every SFT step trains a full-length row,
+    as the seed's OpenMathReasoning rows near the cap do, so the peak is the stage's worst (the hub is out of reach)."""
+    lines = [" ".join(f"Step {k}: {i} * {k} = {i * k}, so the running total is {i * k * (k + 1) // 2}." for k in range(1, 160))
+             for i in range(2, 2 + SFT_ROWS)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"problem": f"Add up {i} times each of 1 to 159.", "expected_answer": str(i * 12720),
+                                        "generated_solution": text}) + "\n" for i, text in enumerate(lines, 2)))
+    return path
+
+
+def _write_sft_recipe(cfg, spec: RunSpec, path: Path) -> Path:
+    """The shipped recipe's SFT stage alone, spec.steps steps of one full-length row each (its own batch and length)."""
+    from grpo_playground.config import save_recipe
+
+    rows = sft_rows_file(path.parent / "sft_rows.jsonl")
+    cfg.data.sft_source, cfg.data.n_sft = f"openmath:{rows}", SFT_ROWS
+    cfg.grpo.enabled = False
+    s = cfg.sft
+    s.max_steps, s.logging_steps, s.save_steps = spec.steps, 1, 100000
+    if s.max_length != spec.completion:
+        raise ValueError(f"{spec.recipe} trains SFT rows of {s.max_length} tokens, not {spec.completion}: give the "
+                         "RunSpec the recipe's sft.max_length")
     save_recipe(cfg.validate(), path)
     return path
 
@@ -306,9 +341,9 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
-def summarize(rows: list[dict], num_gpus: int, warmup: int = WARMUP_STEPS) -> dict:
-    """Per-step numbers from the job's GRPO rows (each step's `timing/*` keys), the first `warmup` steps apart."""
-    rows = [r for r in rows if r.get("stage") == "grpo" and STEP_KEY in r]
+def summarize(rows: list[dict], num_gpus: int, warmup: int = WARMUP_STEPS, stage: str = "grpo") -> dict:
+    """Per-step numbers from the job's rows of `stage` (each step's `timing/*` keys), the first `warmup` steps apart."""
+    rows = [r for r in rows if r.get("stage") == stage and STEP_KEY in r]
     if not rows:
         return {"steps_logged": 0}
     warm = rows[:min(warmup, len(rows) - 1)]
@@ -357,7 +392,7 @@ def run_one(spec: RunSpec, out: Path, models_dir: Path | None, gpus: str, timeou
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpus, OMP_NUM_THREADS="4", SWANLAB_MODE="disabled",
                UNSLOTH_COMPILE_LOCATION=str(out / f"unsloth_compiled_gpu{gpus.replace(',', '_') or 'cpu'}"),
                NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1", **mode.env)
-    command = TrainArgs(recipe, run_dir=run_dir, stage="grpo").command()
+    command = TrainArgs(recipe, run_dir=run_dir, stage=spec.stage).command()
     sampler = MemorySampler()
     started = time.time()
     with open(run_dir / "log.txt", "w") as log:
@@ -379,13 +414,13 @@ def run_one(spec: RunSpec, out: Path, models_dir: Path | None, gpus: str, timeou
     result = {"label": spec.label, **asdict(spec), "mode_label": label, "gpus": gpus, "returncode": returncode,
               # a killed job's status.json still says "running"
               "state": "timeout" if timed_out else status.get("state", "unknown"),
-              "reason": status.get("reason", ""), "wall_s": round(wall, 1), **summarize(metrics, spec.num_gpus)}
+              "reason": status.get("reason", ""), "wall_s": round(wall, 1), **summarize(metrics, spec.num_gpus, stage=spec.stage)}
     used = [int(i) for i in gpus.split(",") if i.strip().isdigit()]
     if peaks and used:
         result["smi_peak_gib"] = round(max(peaks.get(i, 0) for i in used) / 1024, 2)
     result["card"] = gpu_card(used[0]) if used else ""
     hf = _hf_dir(location)
-    if hf is not None:
+    if hf is not None and spec.stage == "grpo":  # the decode floor: a rollout's bound
         census = weight_census(hf)
         from grpo_playground.config import load_recipe
 
@@ -473,6 +508,18 @@ def suite(name: str) -> list[list[RunSpec]]:
                  RunSpec("qwen3-1.7b-shape", "unsloth-vllm", 512, prompts=8, steps=WARMUP_STEPS + 10, budget_gib=22),
                  RunSpec("qwen3-8b-shape", "trl-vllm", 1024, prompts=1, steps=WARMUP_STEPS + 8, recipe=SEED_RECIPE,
                          budget_gib=22)]]
+    if name == "recipes":  # issue 35's second lease: each shipped Qwen3 recipe as shipped (its batch, length, mode and
+        # hardware.gpu_memory_gib), SFT and GRPO, on its shape; first the 8B's SFT (the stage never measured) and the
+        # 1.7B budget row that went 0.9 GiB over under the old plan, re-planned since (3 GiB outside PyTorch)
+        def recipe(size: str, stage: str) -> RunSpec:
+            length = 2048 if stage == "sft" else 1024
+            return RunSpec(f"qwen3-{size}-shape", "recipe", length, steps=WARMUP_STEPS + (6 if stage == "sft" else 5),
+                           recipe=str(RECIPES / f"qwen3-{size}.yaml"), stage=stage)
+
+        return [[recipe("8b", "sft"),
+                 RunSpec("qwen3-1.7b-shape", "trl-vllm-deltas", 512, prompts=8, steps=WARMUP_STEPS + 10, budget_gib=22),
+                 recipe("1.7b", "grpo"), recipe("1.7b", "sft"), recipe("4b", "grpo"), recipe("4b", "sft"),
+                 recipe("0.6b", "grpo"), recipe("0.6b", "sft")]]
     raise ValueError(f"unknown suite {name!r}: use one of {', '.join(SUITES)}")
 
 
