@@ -107,7 +107,8 @@ torch.cuda.device_count())"; } > $W/env.txt 2>&1; grep -v "^|" $W/env.txt | tail
     grpo-budget) background grpo-budget "$WAIT_SHAPES; $B models --out $W/models --shapes qwen3-1.7b-shape qwen3-8b-shape; \
       $B suite budget --models $W/models --gpus 0 --out $SPEED_DIR --timeout 900 --deadline ${BUDGET_S:-1500}" ;;
     # issue 35's second lease: every shipped Qwen3 recipe as shipped, SFT and GRPO (gpu_grpo's `recipes` suite); start
-    # `shapes` with SHAPES="qwen3-8b-shape qwen3-1.7b-shape qwen3-4b-shape qwen3-0.6b-shape" in an earlier call
+    # it in the first call, after `shapes` with SHAPES="qwen3-8b-shape qwen3-1.7b-shape qwen3-4b-shape qwen3-0.6b-shape":
+    # its SFT rows need only the base bundle, its GRPO rows come after them, once vLLM's parts have arrived
     grpo-recipes) background grpo-recipes "$WAIT_SHAPES; $B models --out $W/models --shapes qwen3-8b-shape qwen3-1.7b-shape \
       qwen3-4b-shape qwen3-0.6b-shape; $B suite recipes --models $W/models --gpus 0 --out $SPEED_DIR --timeout 600 \
       --deadline ${BUDGET_S:-1500}" ;;
