@@ -152,6 +152,31 @@ def test_chunked_logprobs_equal_the_full_path_with_their_gradients(tmp_path):
     _close(grads_chunked, grads_full, atol=1e-5, rtol=1e-4)
 
 
+def test_chunked_scoring_runs_the_backbone_a_micro_batch_at_a_time(tmp_path):
+    """TRL's scoring passes (old-policy and reference log-probs) hand the chunked path the whole generation batch with
+    batch_size = the micro-batch; TRL's chunked path drops it, so the backbone's activations over every row set the
+    step's peak whatever the micro-batch (issue 35's H100 lease). The product's runs the rows batch_size at a time,
+    with the same log-probs."""
+    model = _model()
+    trainer = _trainer(model, tmp_path, logprobs="chunked")
+    inputs = trainer._generate_and_score_completions(list(BATCH))
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    rows_seen = []
+    model.get_base_model().model.register_forward_hook(lambda m, args, kw, out: rows_seen.append(kw["input_ids"].shape[0]),
+                                                       with_kwargs=True)
+    with torch.no_grad():
+        whole, whole_entropy, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, COMPLETION,
+                                                                            compute_entropy=True)
+        assert rows_seen == [len(BATCH)]
+        rows_seen.clear()
+        split, split_entropy, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, COMPLETION, batch_size=1,
+                                                                            compute_entropy=True)
+    assert rows_seen == [1] * len(BATCH)
+    torch.testing.assert_close(split, whole, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(split_entropy, whole_entropy, atol=1e-5, rtol=1e-5)
+
+
 def test_a_wrapped_output_head_keeps_the_full_path(tmp_path):
     from peft import LoraConfig, get_peft_model
     from transformers import Qwen3Config, Qwen3ForCausalLM

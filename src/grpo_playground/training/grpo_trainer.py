@@ -112,11 +112,7 @@ class PlaygroundGRPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ log-probs from hidden states
     def _get_per_token_logps_and_entropies(self, model, *args, batch_size=None, compute_aux_loss=False, **kwargs):
         if self.chunked_logprobs and not compute_aux_loss:
-            unwrapped = self.accelerator.unwrap_model(model)
-            if model is not unwrapped or self.is_fsdp_enabled:
-                result = self._forward_redirection(model, unwrapped, self._chunked_logps, unwrapped, *args, **kwargs)
-            else:
-                result = self._chunked_logps(unwrapped, *args, **kwargs)
+            result = self._chunked_rows(model, args, kwargs, batch_size)
         else:
             result = super()._get_per_token_logps_and_entropies(model, *args, batch_size=batch_size,
                                                                  compute_aux_loss=compute_aux_loss, **kwargs)
@@ -124,3 +120,25 @@ class PlaygroundGRPOTrainer(GRPOTrainer):
             inputs, self._pending_is_inputs = self._pending_is_inputs, None
             self._fill_is_ratio(inputs, result[0])
         return result
+
+    def _chunked_rows(self, model, args: tuple, kwargs: dict, batch_size: int | None):
+        """TRL's chunked path, `batch_size` rows at a time. TRL drops batch_size there and runs the backbone over every
+        row it is given; its no-grad scoring passes (old-policy and reference log-probs) give it the whole generation
+        batch, whose activations then set the step's peak whatever the micro-batch (issue 35's H100 lease: 20.2 GiB of
+        PyTorch at micro-batch 16 and at 4, results/gpu/h100_recipes35). Multimodal inputs go through whole."""
+        unwrapped = self.accelerator.unwrap_model(model)
+
+        def run(*rows_args):
+            if model is not unwrapped or self.is_fsdp_enabled:
+                return self._forward_redirection(model, unwrapped, self._chunked_logps, unwrapped, *rows_args, **kwargs)
+            return self._chunked_logps(unwrapped, *rows_args, **kwargs)
+
+        input_ids, attention_mask, *rest = args
+        rows = input_ids.size(0)
+        if not batch_size or rows <= batch_size or any(v is not None and not isinstance(v, (bool, int, float))
+                                                       for v in kwargs.values()):
+            return run(*args)
+        parts = [run(input_ids[i:i + batch_size], attention_mask[i:i + batch_size], *rest)
+                 for i in range(0, rows, batch_size)]
+        entropies = None if parts[0][1] is None else torch.cat([p[1] for p in parts])
+        return torch.cat([p[0] for p in parts]), entropies, None
