@@ -30,6 +30,7 @@ from grpo_playground.ui.request_limits import (
     sweep_uploads,
     visitor_of_request,
 )
+from grpo_playground.ui.run_downloads import RunDownloads
 from grpo_playground.ui.token_guesses import TokenGuesses, token_inputs
 
 MONITORING_ENV = "GRPO_PLAYGROUND_MONITORING"
@@ -158,7 +159,8 @@ def launch_settings(kept: Callable[[], set[str]] = set) -> dict:
         "state_session_capacity": SESSION_CAPACITY,
         "enable_monitoring": monitoring_enabled(),
         "num_workers": 0,  # no static-file worker processes: every upload passes RequestLimits
-        "app_kwargs": {"middleware": [Middleware(RequestLimits, upload_dir=get_upload_folder(), kept=kept)]},
+        "app_kwargs": {"middleware": [Middleware(RequestLimits, upload_dir=get_upload_folder(), kept=kept),
+                                      Middleware(RunDownloads)]},
     }
 
 
