@@ -51,11 +51,14 @@ def fn_index(demo, name: str) -> int:
     return next(i for i, fn in demo.fns.items() if name in (fn.api_name, fn.name))
 
 
-def join(app_url: str, demo, name: str, values: dict[int, object], session: str | None = None) -> httpx.Response:
-    """POST /gradio_api/queue/join as a browser would, the event's inputs None except `values` (index -> value)."""
+def join(app_url: str, demo, name: str, values: dict[int, object], session: str | None = None,
+         visitor: str | None = None) -> httpx.Response:
+    """POST /gradio_api/queue/join as a browser would, the event's inputs None except `values` (index -> value),
+    from `visitor`'s address (given as X-Forwarded-For, which uvicorn trusts from 127.0.0.1 as from a proxy)."""
     index = fn_index(demo, name)
     data = [values.get(i) for i in range(len(demo.fns[index].inputs))]
     return httpx.post(f"{app_url}gradio_api/queue/join", timeout=30,
+                      headers={"X-Forwarded-For": visitor} if visitor else None,
                       json={"data": data, "fn_index": index, "session_hash": session or uuid.uuid4().hex})
 
 
@@ -214,7 +217,7 @@ def test_a_full_group_leaves_other_events_their_room(monkeypatch):
     demo.launch(server_port=port, prevent_thread_lock=True, quiet=True, **public_limits.launch_settings())
     url = f"http://127.0.0.1:{port}/"
     try:
-        slow = [join(url, demo, "slow", {0: "x"}).status_code for _ in range(MIN_WAITING + 8)]
+        slow = [join(url, demo, "slow", {0: "x"}, visitor=f"10.0.1.{i}").status_code for i in range(MIN_WAITING + 8)]
         assert slow.count(503) >= 6 and slow.count(200) <= MIN_WAITING + 2  # the slow group is bounded on its own
         session = uuid.uuid4().hex
         assert join(url, demo, "fast", {0: "owner"}, session=session).status_code == 200
@@ -222,6 +225,46 @@ def test_a_full_group_leaves_other_events_their_room(monkeypatch):
             done = next(json.loads(line[5:]) for line in events.iter_lines()
                         if line.startswith("data:") and "process_completed" in line)
         assert done["output"]["data"] == ["OWNER"]
+    finally:
+        release.set()
+        demo.close()
+
+
+def test_a_visitor_over_its_share_of_a_group_is_refused_and_waits_behind_lighter_visitors():
+    # Before: a group's waiting events ran first come, first served and only their total was bounded: 64 cheap
+    # /score requests from two addresses kept the scoring group full and 94% of fifty honest visitors' requests got
+    # 503 (benchmarks/http_load.py). Now one visitor holds at most MAX_EVENTS_PER_VISITOR of a shared group, and a
+    # free slot goes to the visitor who held the group's slots least lately.
+    from grpo_playground.child_process import free_port
+    from grpo_playground.ui.fair_queue import MAX_EVENTS_PER_VISITOR
+
+    release, order = threading.Event(), []
+
+    def slow(x):
+        release.wait(60)
+        order.append(x)
+        return x
+
+    with gr.Blocks() as demo:
+        box = gr.Textbox()
+        gr.Button().click(slow, box, box, api_name="slow", concurrency_id="score", concurrency_limit=1)
+    public_limits.configure_queue(demo)
+    port = free_port()
+    demo.launch(server_port=port, prevent_thread_lock=True, quiet=True, **public_limits.launch_settings())
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        flood = [join(url, demo, "slow", {0: f"flood-{i}"}, visitor="10.0.0.66")
+                 for i in range(MAX_EVENTS_PER_VISITOR + 3)]
+        assert [answer.status_code for answer in flood] == [200] * MAX_EVENTS_PER_VISITOR + [429] * 3
+        assert "from your address" in flood[-1].text
+        assert join(url, demo, "slow", {0: "honest"}, visitor="10.0.0.7").status_code == 200  # another gets in
+        time.sleep(0.5)  # the flood's first event holds the slot, its others and the honest one wait
+        release.set()
+        deadline = time.monotonic() + 30
+        while len(order) < MAX_EVENTS_PER_VISITOR + 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # the honest request, last to arrive, runs before the flood's waiting ones: it has held no slot lately
+        assert order[:2] == ["flood-0", "honest"], order
     finally:
         release.set()
         demo.close()

@@ -23,6 +23,7 @@ from gradio_client.utils import is_http_url_like
 
 from grpo_playground.config.recipe_io import MAX_RECIPE_BYTES
 from grpo_playground.rewards.custom import MAX_CODE_CHARS
+from grpo_playground.ui.fair_queue import FairGroups
 from grpo_playground.ui.request_limits import (
     MAX_UPLOAD_BYTES,
     RequestLimits,
@@ -104,9 +105,9 @@ def configure_queue(demo: gr.Blocks) -> None:
 
 
 def bound_queue(demo: gr.Blocks) -> None:
-    """Give every concurrency group its own bound on waiting events, refuse oversized inputs before they are
-    queued (so a refused paste is never held, in the queue or in a session), and a visitor guessing the owner
-    token its events that carry one (token_guesses.py)."""
+    """Give every concurrency group its own bound on waiting events and the shared ones a fair share per visitor
+    (fair_queue.py), refuse oversized inputs before they are queued (so a refused paste is never held, in the
+    queue or in a session), and a visitor guessing the owner token its events that carry one (token_guesses.py)."""
     queue = demo._queue
     shared: dict[str, int] = {}
     for fn in demo.fns.values():
@@ -120,6 +121,8 @@ def bound_queue(demo: gr.Blocks) -> None:
                          f"under {MAX_THREADS - RESERVED_THREADS} so the owner's actions and the timers keep theirs")
     push = queue.push
     guesses = TokenGuesses()
+    fair = FairGroups(queue, set(shared))
+    fair.install()
 
     async def bounded_push(body, request, username):
         fn = demo.fns.get(body.fn_index) if body.fn_index is not None else None
@@ -127,7 +130,8 @@ def bound_queue(demo: gr.Blocks) -> None:
             return await push(body, request, username)  # Gradio's own error for a missing or unknown fn_index
         tokens = [value for i, value in enumerate(body.data) if i in token_inputs(fn) and isinstance(value, str)
                   and value]
-        if refusal := guesses.refusal(visitor_of_request(request), tokens):
+        visitor = visitor_of_request(request)
+        if refusal := guesses.refusal(visitor, tokens) or fair.refusal(fn, visitor):
             raise HTTPException(status_code=429, detail=refusal)
         problems = [(block, input_problem(block, value)) for block, value in zip(fn.inputs, body.data)]
         # Values past the event's inputs (Gradio ignores them) and its event data would still wait in the queue.

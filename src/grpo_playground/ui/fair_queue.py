@@ -1,0 +1,102 @@
+"""The shared concurrency groups (scoring, chat, eval, comparison) shared fairly per visitor, not first come first
+served.
+
+Gradio serves a group's waiting events in arrival order and bounds only how many wait in all. Measured through
+the app's HTTP handler (benchmarks/http_load.py, issue 38): 64 threads sending cheap /score requests from two
+addresses kept the scoring group's waiting places full, and 94% of fifty honest visitors' requests got 503; 16
+addresses sending backtracking groups (each holding a slot for up to ~3 s) kept its 16 slots, and honest requests
+waited 7-17 s behind them. Here, in each shared group:
+
+- a visitor has at most MAX_EVENTS_PER_VISITOR events waiting or running (a page has one or two; a script more),
+  past which only that visitor hears "busy";
+- a free slot goes to the waiting event of the visitor who held the group's slots least lately (seconds held,
+  halving every USAGE_HALF_LIFE_S), arrival order between equals: a visitor whose requests take milliseconds
+  goes before one whose requests take seconds, however many of those wait.
+
+`FairGroups(queue, groups).install()` wraps Gradio's queue (its `get_events`, which picks the next event of a
+group, and `process_events`, which runs it); `refusal(fn, visitor)` is asked as an event joins.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+
+from grpo_playground.ui.request_limits import MAX_VISITORS_TRACKED, visitor_of_request
+
+MAX_EVENTS_PER_VISITOR = 4
+USAGE_HALF_LIFE_S = 10.0
+
+
+class FairGroups:
+    def __init__(self, queue, groups: set[str]):
+        self.queue, self.groups = queue, set(groups)
+        # (group, visitor) -> start times of its running events: a slot held now counts before it is given back
+        self.running: collections.defaultdict[tuple[str, str], list[float]] = collections.defaultdict(list)
+        self.usage: dict[tuple[str, str], tuple[float, float]] = {}  # (group, visitor) -> (slot s, as of monotonic)
+
+    def install(self) -> None:
+        get_events, process_events = self.queue.get_events, self.queue.process_events
+
+        def fair_get_events():
+            now = time.monotonic()
+            for group_id in self.groups:
+                group = self.queue.event_queue_per_concurrency_id.get(group_id)
+                if group is not None and len(group.queue) > 1:  # sort is stable: arrival order between equals
+                    group.queue.sort(key=lambda event: self._used(group_id, _visitor(event), now))
+            return get_events()
+
+        async def charged_process_events(events, batch, begin_time, fn):
+            group_id = fn.concurrency_id
+            if group_id not in self.groups:
+                return await process_events(events, batch, begin_time, fn)
+            visitors, start = [_visitor(event) for event in events], time.monotonic()
+            for visitor in visitors:
+                self.running[group_id, visitor].append(start)
+            try:
+                return await process_events(events, batch, begin_time, fn)
+            finally:
+                for visitor in visitors:
+                    self.running[group_id, visitor].remove(start)
+                    if not self.running[group_id, visitor]:
+                        del self.running[group_id, visitor]
+                    self._charge(group_id, visitor, time.monotonic() - start)
+
+        self.queue.get_events, self.queue.process_events = fair_get_events, charged_process_events
+
+    def refusal(self, fn, visitor: str) -> str | None:
+        """Why `visitor` may not add an event of `fn` now (None: it may)."""
+        group_id = fn.concurrency_id
+        if group_id not in self.groups:
+            return None
+        group = self.queue.event_queue_per_concurrency_id.get(group_id)
+        waiting = sum(_visitor(event) == visitor for event in group.queue) if group is not None else 0
+        held = waiting + len(self.running.get((group_id, visitor), ()))
+        if held >= MAX_EVENTS_PER_VISITOR:
+            return (f"busy: {held} requests of this kind from your address are waiting or running (at most "
+                    f"{MAX_EVENTS_PER_VISITOR}); try again when they are done")
+        return None
+
+    def _used(self, group_id: str, visitor: str, now: float) -> float:
+        """Slot seconds the visitor held in the group lately, its running events' so far included."""
+        return self._charged(group_id, visitor, now) + sum(now - start for start in
+                                                           self.running.get((group_id, visitor), ()))
+
+    def _charged(self, group_id: str, visitor: str, now: float) -> float:
+        used, when = self.usage.get((group_id, visitor), (0.0, now))
+        return used * 0.5 ** ((now - when) / USAGE_HALF_LIFE_S)
+
+    def _charge(self, group_id: str, visitor: str, seconds: float) -> None:
+        now = time.monotonic()
+        self.usage[group_id, visitor] = (self._charged(group_id, visitor, now) + seconds, now)
+        if len(self.usage) > MAX_VISITORS_TRACKED:  # many addresses: forget those whose use has faded
+            self.usage = {key: (used, when) for key, (used, when) in self.usage.items()
+                          if used * 0.5 ** ((now - when) / USAGE_HALF_LIFE_S) > 0.01}
+
+
+def _visitor(event) -> str:
+    """Whom a queued event counts against (computed once per event)."""
+    visitor = getattr(event, "visitor", None)
+    if visitor is None:
+        visitor = event.visitor = visitor_of_request(event.request)
+    return visitor
