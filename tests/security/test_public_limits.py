@@ -270,6 +270,48 @@ def test_a_visitor_over_its_share_of_a_group_is_refused_and_waits_behind_lighter
         demo.close()
 
 
+def test_the_page_config_is_built_once_per_address_not_per_request(monkeypatch):
+    # Before: every GET /config deep-copied the page's whole config in the thread pool that runs the event handlers
+    # (~50 ms of CPU, 0.45 MB for the app): 64 threads fetching it from two addresses kept every thread busy and
+    # honest scoring requests waited minutes (benchmarks/http_load.py). Now it is built once per address the page
+    # is reached at, and replayed.
+    from concurrent.futures import ThreadPoolExecutor
+
+    import gradio.route_utils
+    from grpo_playground.child_process import free_port
+
+    builds = []
+    rewrite = gradio.route_utils.update_root_in_config
+
+    def counted(config, root):  # the last step of building the page's config, for /config and for the page
+        builds.append(root)
+        return rewrite(config, root)
+
+    monkeypatch.setattr(gradio.route_utils, "update_root_in_config", counted)
+    with gr.Blocks() as demo:
+        gr.Textbox("hello", label="box")
+    public_limits.configure_queue(demo)
+    port = free_port()
+    demo.launch(server_port=port, prevent_thread_lock=True, quiet=True, **public_limits.launch_settings())
+    url = f"http://127.0.0.1:{port}/config"
+    try:
+        builds.clear()  # launch's own calls
+        with ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(lambda _: httpx.get(url, timeout=30), range(48)))
+        assert {answer.status_code for answer in answers} == {200}
+        assert len({answer.content for answer in answers}) == 1  # every visitor gets the same page
+        assert json.loads(answers[0].content)["components"][0]["props"]["value"] == "hello"
+        assert len(builds) == 1, f"/config was built {len(builds)} times for 48 requests"
+        # reached at another address (a proxy's host): its own answer, with that address's URLs
+        other = httpx.get(url, headers={"X-Forwarded-Host": "space.example"}, timeout=30)
+        assert len(builds) == 2 and "space.example" in other.json()["root"]
+        # the page itself embeds the same config: built once too (get_page_config copies it)
+        pages = [httpx.get(url.removesuffix("config"), timeout=30) for _ in range(3)]
+        assert len({page.content for page in pages}) == 1 and b"hello" in pages[0].content and len(builds) == 3
+    finally:
+        demo.close()
+
+
 def test_the_apps_shared_groups_are_the_ones_the_deploy_guide_names(app_url):
     """deploy.md: scoring 16, chat 3, eval 1, comparison 1, at most 24 of Gradio's 40 event slots. The test above
     attacks the mechanism on a small app; this one reads the real app's groups."""

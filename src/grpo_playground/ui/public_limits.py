@@ -24,6 +24,7 @@ from gradio_client.utils import is_http_url_like
 from grpo_playground.config.recipe_io import MAX_RECIPE_BYTES
 from grpo_playground.rewards.custom import MAX_CODE_CHARS
 from grpo_playground.ui.fair_queue import FairGroups
+from grpo_playground.ui.page_config import PageConfigCache
 from grpo_playground.ui.request_limits import (
     MAX_UPLOAD_BYTES,
     RequestLimits,
@@ -164,7 +165,7 @@ def launch_settings(kept: Callable[[], set[str]] = set) -> dict:
         "enable_monitoring": monitoring_enabled(),
         "num_workers": 0,  # no static-file worker processes: every upload passes RequestLimits
         "app_kwargs": {"middleware": [Middleware(RequestLimits, upload_dir=get_upload_folder(), kept=kept),
-                                      Middleware(RunDownloads)]},
+                                      Middleware(PageConfigCache), Middleware(RunDownloads)]},
     }
 
 
