@@ -11,10 +11,14 @@ waited 7-17 s behind them. Here, in each shared group:
   past which only that visitor hears "busy";
 - a free slot goes to the waiting event of the visitor who held the group's slots least lately (seconds held,
   halving every USAGE_HALF_LIFE_S), arrival order between equals: a visitor whose requests take milliseconds
-  goes before one whose requests take seconds, however many of those wait.
+  goes before one whose requests take seconds, however many of those wait;
+- the last quarter of a group's slots (RESERVED_FRACTION) is kept for visitors whose events lately held a slot
+  less than SLOW_EVENT_S on average: slow requests from many addresses, one each, cannot hold every slot;
+- such a quick visitor still gets in when the group's waiting places are full (up to twice as many wait then).
 
 `FairGroups(queue, groups).install()` wraps Gradio's queue (its `get_events`, which picks the next event of a
-group, and `process_events`, which runs it); `refusal(fn, visitor)` is asked as an event joins.
+group, and `process_events`, which runs it); `refusal(fn, visitor)` and `quick(fn, visitor)` are asked as an
+event joins.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from grpo_playground.ui.request_limits import MAX_VISITORS_TRACKED, visitor_of_r
 
 MAX_EVENTS_PER_VISITOR = 4
 USAGE_HALF_LIFE_S = 10.0
+SLOW_EVENT_S = 0.5  # an honest /score takes milliseconds; a backtracking or power-tower group holds its slot seconds
+RESERVED_FRACTION = 0.25
 
 
 class FairGroups:
@@ -33,18 +39,32 @@ class FairGroups:
         self.queue, self.groups = queue, set(groups)
         # (group, visitor) -> start times of its running events: a slot held now counts before it is given back
         self.running: collections.defaultdict[tuple[str, str], list[float]] = collections.defaultdict(list)
-        self.usage: dict[tuple[str, str], tuple[float, float]] = {}  # (group, visitor) -> (slot s, as of monotonic)
+        # (group, visitor) -> (slot seconds, events, as of time.monotonic()), both decaying alike
+        self.usage: dict[tuple[str, str], tuple[float, float, float]] = {}
 
     def install(self) -> None:
         get_events, process_events = self.queue.get_events, self.queue.process_events
 
         def fair_get_events():
-            now = time.monotonic()
+            now, held_back = time.monotonic(), {}
             for group_id in self.groups:
                 group = self.queue.event_queue_per_concurrency_id.get(group_id)
-                if group is not None and len(group.queue) > 1:  # sort is stable: arrival order between equals
-                    group.queue.sort(key=lambda event: self._used(group_id, _visitor(event), now))
-            return get_events()
+                if group is None or not group.queue:
+                    continue
+                group.queue.sort(key=lambda event: self._used(group_id, _visitor(event), now))  # stable
+                reserved = int((group.concurrency_limit or 0) * RESERVED_FRACTION)
+                if reserved and group.concurrency_limit - group.current_concurrency <= reserved:
+                    quick = next((e for e in group.queue if not self._slow(group_id, _visitor(e), now)), None)
+                    if quick is None:  # only slow visitors wait: the reserved slots stay free for a quick one
+                        held_back[group_id], group.queue = group.queue, []
+                    else:
+                        group.queue.remove(quick)
+                        group.queue.insert(0, quick)
+            try:
+                return get_events()
+            finally:
+                for group_id, waiting in held_back.items():
+                    self.queue.event_queue_per_concurrency_id[group_id].queue = waiting
 
         async def charged_process_events(events, batch, begin_time, fn):
             group_id = fn.concurrency_id
@@ -77,21 +97,31 @@ class FairGroups:
                     f"{MAX_EVENTS_PER_VISITOR}); try again when they are done")
         return None
 
+    def quick(self, fn, visitor: str) -> bool:
+        """Whether the visitor's events in fn's shared group lately held a slot under SLOW_EVENT_S on average."""
+        return fn.concurrency_id in self.groups and not self._slow(fn.concurrency_id, visitor, time.monotonic())
+
+    def _slow(self, group_id: str, visitor: str, now: float) -> bool:
+        seconds, events = self._charged(group_id, visitor, now)
+        running = [now - start for start in self.running.get((group_id, visitor), ())]
+        return seconds + sum(running) > SLOW_EVENT_S * (events + len(running)) > 0
+
     def _used(self, group_id: str, visitor: str, now: float) -> float:
         """Slot seconds the visitor held in the group lately, its running events' so far included."""
-        return self._charged(group_id, visitor, now) + sum(now - start for start in
-                                                           self.running.get((group_id, visitor), ()))
+        return self._charged(group_id, visitor, now)[0] + sum(now - start for start in
+                                                              self.running.get((group_id, visitor), ()))
 
-    def _charged(self, group_id: str, visitor: str, now: float) -> float:
-        used, when = self.usage.get((group_id, visitor), (0.0, now))
-        return used * 0.5 ** ((now - when) / USAGE_HALF_LIFE_S)
+    def _charged(self, group_id: str, visitor: str, now: float) -> tuple[float, float]:
+        seconds, events, when = self.usage.get((group_id, visitor), (0.0, 0.0, now))
+        fade = 0.5 ** ((now - when) / USAGE_HALF_LIFE_S)
+        return seconds * fade, events * fade
 
     def _charge(self, group_id: str, visitor: str, seconds: float) -> None:
         now = time.monotonic()
-        self.usage[group_id, visitor] = (self._charged(group_id, visitor, now) + seconds, now)
+        held, events = self._charged(group_id, visitor, now)
+        self.usage[group_id, visitor] = (held + seconds, events + 1, now)
         if len(self.usage) > MAX_VISITORS_TRACKED:  # many addresses: forget those whose use has faded
-            self.usage = {key: (used, when) for key, (used, when) in self.usage.items()
-                          if used * 0.5 ** ((now - when) / USAGE_HALF_LIFE_S) > 0.01}
+            self.usage = {key: value for key, value in self.usage.items() if self._charged(*key, now)[1] > 0.01}
 
 
 def _visitor(event) -> str:

@@ -144,7 +144,8 @@ def bound_queue(demo: gr.Blocks) -> None:
         if refused:  # Gradio's own validation reply (HTTP 422): the page and gradio_client show each message
             return False, refused, "validator_error"
         group = queue.event_queue_per_concurrency_id.get(fn.concurrency_id)
-        if group is not None and len(group.queue) >= waiting_limit(group.concurrency_limit):
+        limit = waiting_limit(group.concurrency_limit) if group is not None else 0
+        if group is not None and len(group.queue) >= limit * (2 if fair.quick(fn, visitor) else 1):
             return (False, f"busy: {len(group.queue)} requests of this kind are waiting; try again in a few seconds",
                     "queue_full")
         return await push(body, request, username)
