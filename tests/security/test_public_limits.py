@@ -217,10 +217,8 @@ def test_a_full_group_leaves_other_events_their_room(monkeypatch):
     demo.launch(server_port=port, prevent_thread_lock=True, quiet=True, **public_limits.launch_settings())
     url = f"http://127.0.0.1:{port}/"
     try:
-        # visitors new to the group count as quick: up to twice its waiting places are theirs (fair_queue.py)
-        slow = [join(url, demo, "slow", {0: "x"}, visitor=f"10.0.1.{i}").status_code
-                for i in range(2 * MIN_WAITING + 8)]
-        assert slow.count(503) >= 6 and slow.count(200) <= 2 * MIN_WAITING + 2  # the slow group is bounded on its own
+        slow = [join(url, demo, "slow", {0: "x"}, visitor=f"10.0.1.{i}").status_code for i in range(MIN_WAITING + 8)]
+        assert slow.count(503) >= 6 and slow.count(200) <= MIN_WAITING + 2  # the slow group is bounded on its own
         session = uuid.uuid4().hex
         assert join(url, demo, "fast", {0: "owner"}, session=session).status_code == 200
         with httpx.stream("GET", f"{url}gradio_api/queue/data", params={"session_hash": session}, timeout=30) as events:
@@ -306,6 +304,34 @@ def test_slow_visitors_leave_a_quarter_of_a_groups_slots_to_quick_ones():
     finally:
         release.set()
         demo.close()
+
+
+def test_slow_visitors_waiting_cannot_fill_the_places_of_quick_ones():
+    # Before: one count of waiting places per group: 16 addresses of slow groups, each up to 4 events waiting behind
+    # the quick ones, filled the scoring group's places and honest visitors got 503 (benchmarks/http_load.py).
+    import asyncio
+    from types import SimpleNamespace
+
+    from grpo_playground.ui.fair_queue import FairGroups
+
+    async def held_for_a_while(events, batch, begin_time, fn):  # Gradio running an event that holds its slot
+        await asyncio.sleep(0.6)
+
+    group = SimpleNamespace(queue=[], concurrency_limit=16, current_concurrency=0)
+    queue = SimpleNamespace(event_queue_per_concurrency_id={"score": group}, get_events=lambda: None,
+                            process_events=held_for_a_while)
+    fair = FairGroups(queue, {"score"})
+    fair.install()
+    fn = SimpleNamespace(concurrency_id="score")
+    slow = [f"10.0.3.{i}" for i in range(16)]
+
+    async def run_once_each():
+        await asyncio.gather(*(queue.process_events([SimpleNamespace(visitor=v)], False, 0, fn) for v in slow))
+
+    asyncio.run(run_once_each())  # each slow visitor's event held a slot 0.6 s
+    group.queue = [SimpleNamespace(visitor=visitor) for visitor in slow]  # then each waits with another
+    assert fair.crowded(fn, slow[0], 16)  # the slow visitors' places are full
+    assert not fair.crowded(fn, "10.0.0.7", 16)  # a visitor new to the group (quick) still has its own
 
 
 def test_the_page_config_is_built_once_per_address_not_per_request(monkeypatch):

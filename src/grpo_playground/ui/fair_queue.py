@@ -14,11 +14,12 @@ waited 7-17 s behind them. Here, in each shared group:
   goes before one whose requests take seconds, however many of those wait;
 - the last quarter of a group's slots (RESERVED_FRACTION) is kept for visitors whose events lately held a slot
   less than SLOW_EVENT_S on average: slow requests from many addresses, one each, cannot hold every slot;
-- such a quick visitor still gets in when the group's waiting places are full (up to twice as many wait then).
+- the group's waiting places are counted apart for quick and for slow visitors: slow requests that wait long
+  (behind the quick ones, up to 4 per address) cannot fill the places a quick visitor needs.
 
 `FairGroups(queue, groups).install()` wraps Gradio's queue (its `get_events`, which picks the next event of a
-group, and `process_events`, which runs it); `refusal(fn, visitor)` and `quick(fn, visitor)` are asked as an
-event joins.
+group, and `process_events`, which runs it); `refusal(fn, visitor)` and `crowded(fn, visitor, places)` are asked
+as an event joins.
 """
 
 from __future__ import annotations
@@ -97,9 +98,15 @@ class FairGroups:
                     f"{MAX_EVENTS_PER_VISITOR}); try again when they are done")
         return None
 
-    def quick(self, fn, visitor: str) -> bool:
-        """Whether the visitor's events in fn's shared group lately held a slot under SLOW_EVENT_S on average."""
-        return fn.concurrency_id in self.groups and not self._slow(fn.concurrency_id, visitor, time.monotonic())
+    def crowded(self, fn, visitor: str, places: int) -> bool:
+        """Whether fn's group has `places` events waiting: in a shared group, of visitors as quick (or as slow) as
+        this one."""
+        group = self.queue.event_queue_per_concurrency_id.get(fn.concurrency_id)
+        if group is None or fn.concurrency_id not in self.groups:
+            return group is not None and len(group.queue) >= places
+        now = time.monotonic()
+        slow = self._slow(fn.concurrency_id, visitor, now)
+        return sum(self._slow(fn.concurrency_id, _visitor(e), now) == slow for e in group.queue) >= places
 
     def _slow(self, group_id: str, visitor: str, now: float) -> bool:
         seconds, events = self._charged(group_id, visitor, now)

@@ -144,8 +144,7 @@ def bound_queue(demo: gr.Blocks) -> None:
         if refused:  # Gradio's own validation reply (HTTP 422): the page and gradio_client show each message
             return False, refused, "validator_error"
         group = queue.event_queue_per_concurrency_id.get(fn.concurrency_id)
-        limit = waiting_limit(group.concurrency_limit) if group is not None else 0
-        if group is not None and len(group.queue) >= limit * (2 if fair.quick(fn, visitor) else 1):
+        if group is not None and fair.crowded(fn, visitor, waiting_limit(group.concurrency_limit)):
             return (False, f"busy: {len(group.queue)} requests of this kind are waiting; try again in a few seconds",
                     "queue_full")
         return await push(body, request, username)
