@@ -8,21 +8,24 @@ event handlers. Measured through the app's HTTP handler (benchmarks/http_load.py
 /config from two addresses took every thread, and fifty honest visitors' scoring requests waited 131 s (median) for
 one. These answers are fixed once the app is launched (blocks.config; the app has no login, so no user name in
 them): they depend only on the address the page is reached at (Host, X-Forwarded-Host and -Proto, the mount path)
-and the query. Each is built once, by Gradio, and replayed byte for byte; a visitor has one build at a time, and at
-most BUILDS_AT_ONCE run in all (the others wait without a thread).
+and the query. Each is built once, by Gradio, compressed once (gzip, when the client takes it: Gradio's Brotli
+middleware, outside this one, passes an encoded answer as it is instead of compressing 0.45 MB again each time)
+and replayed byte for byte; a visitor has one build at a time, and at most BUILDS_AT_ONCE run in all (the others
+wait without a thread).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import gzip
 
 from grpo_playground.ui.request_limits import visitor_of
 
 PAGE_PATHS = frozenset({"/", "/config", "/config/", "/gradio_api/info", "/gradio_api/info/"})
 BUILDS_AT_ONCE = 2
 MAX_ANSWERS = 64  # distinct addresses the page is reached at (a Space: one or two); past it, the oldest is dropped
-_KEY_HEADERS = (b"host", b"x-forwarded-host", b"x-forwarded-proto", b"accept-encoding")
+_KEY_HEADERS = (b"host", b"x-forwarded-host", b"x-forwarded-proto")
 
 
 class PageConfigCache:
@@ -36,7 +39,8 @@ class PageConfigCache:
         if scope["type"] != "http" or scope["method"] not in ("GET", "HEAD") or scope["path"] not in PAGE_PATHS:
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
-        key = (scope["method"], scope["path"], scope.get("query_string", b""), scope.get("root_path", ""), scope.get("scheme"),
+        key = (scope["method"], scope["path"], scope.get("query_string", b""), scope.get("root_path", ""),
+               scope.get("scheme"), b"gzip" in headers.get(b"accept-encoding", b""),
                *(headers.get(name) for name in _KEY_HEADERS))
         if key not in self.answers:
             visitor = visitor_of(scope)
@@ -54,15 +58,25 @@ class PageConfigCache:
             await send(message)
 
     async def _build(self, key, scope, receive, send) -> None:
-        """Gradio's answer, sent as it comes and kept if it is a complete 200."""
+        """Gradio's answer, kept if it is a complete 200 (compressed when the client takes gzip), then sent."""
         messages = []
 
         async def keep(message):
             messages.append(message)
-            await send(message)
 
         await self.app(scope, receive, keep)
-        if messages and messages[0].get("status") == 200 and not messages[-1].get("more_body", False):
+        start, body = messages[0], b"".join(m.get("body", b"") for m in messages[1:])
+        if start.get("status") == 200 and b"content-encoding" not in dict(start["headers"]):
+            headers = [(k, v) for k, v in start["headers"] if k != b"content-length"]
+            if key[5] and scope["method"] == "GET":  # the client takes gzip
+                body = gzip.compress(body, compresslevel=6)
+                headers += [(b"content-encoding", b"gzip"), (b"vary", b"Accept-Encoding")]
+            length = str(len(body) if scope["method"] == "GET" else dict(start["headers"]).get(b"content-length",
+                                                                                                b"0").decode())
+            messages = [{**start, "headers": headers + [(b"content-length", length.encode())]},
+                        {"type": "http.response.body", "body": body}]
             self.answers[key] = messages
             while len(self.answers) > MAX_ANSWERS:
                 self.answers.popitem(last=False)
+        for message in messages:
+            await send(message)
