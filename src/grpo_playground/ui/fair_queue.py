@@ -33,6 +33,7 @@ MAX_EVENTS_PER_VISITOR = 4
 USAGE_HALF_LIFE_S = 10.0
 SLOW_EVENT_S = 0.5  # an honest /score takes milliseconds; a backtracking or power-tower group holds its slot seconds
 RESERVED_FRACTION = 0.25
+REORDER_EVERY_S = 0.05
 
 
 class FairGroups:
@@ -42,6 +43,7 @@ class FairGroups:
         self.running: collections.defaultdict[tuple[str, str], list[float]] = collections.defaultdict(list)
         # (group, visitor) -> (slot seconds, events, as of time.monotonic()), both decaying alike
         self.usage: dict[tuple[str, str], tuple[float, float, float]] = {}
+        self.decided: dict[str, tuple[float, tuple, bool]] = {}  # group -> (when, its state then, held back)
 
     def install(self) -> None:
         get_events, process_events = self.queue.get_events, self.queue.process_events
@@ -50,17 +52,10 @@ class FairGroups:
             now, held_back = time.monotonic(), {}
             for group_id in self.groups:
                 group = self.queue.event_queue_per_concurrency_id.get(group_id)
-                if group is None or not group.queue:
-                    continue
-                group.queue.sort(key=lambda event: self._used(group_id, _visitor(event), now))  # stable
-                reserved = int((group.concurrency_limit or 0) * RESERVED_FRACTION)
-                if reserved and group.concurrency_limit - group.current_concurrency <= reserved:
-                    quick = next((e for e in group.queue if not self._slow(group_id, _visitor(e), now)), None)
-                    if quick is None:  # only slow visitors wait: the reserved slots stay free for a quick one
+                limit = group.concurrency_limit if group is not None else None
+                if group is not None and group.queue and (limit is None or group.current_concurrency < limit):
+                    if self._hold_back(group_id, group, now):  # (a full group: nothing of it starts now)
                         held_back[group_id], group.queue = group.queue, []
-                    else:
-                        group.queue.remove(quick)
-                        group.queue.insert(0, quick)
             try:
                 return get_events()
             finally:
@@ -84,6 +79,29 @@ class FairGroups:
                     self._charge(group_id, visitor, time.monotonic() - start)
 
         self.queue.get_events, self.queue.process_events = fair_get_events, charged_process_events
+
+    def _hold_back(self, group_id: str, group, now: float) -> bool:
+        """Order the group's waiting events fairly; True when none may take a free slot now (only slow visitors
+        wait and the free slots are the reserved ones). Gradio asks every millisecond while events wait: the
+        decision is kept while the group is unchanged, for REORDER_EVERY_S at most."""
+        state = (len(group.queue), group.current_concurrency)
+        decided = self.decided.get(group_id)
+        if decided is not None and decided[1] == state and now - decided[0] < REORDER_EVERY_S:
+            return decided[2]
+        visitors = {_visitor(event) for event in group.queue}
+        used = {visitor: self._used(group_id, visitor, now) for visitor in visitors}
+        group.queue.sort(key=lambda event: used[_visitor(event)])  # stable: arrival order between equals
+        hold = False
+        reserved = int((group.concurrency_limit or 0) * RESERVED_FRACTION)
+        if reserved and group.concurrency_limit - group.current_concurrency <= reserved:
+            quick = next((e for e in group.queue if not self._slow(group_id, _visitor(e), now)), None)
+            if quick is None:  # only slow visitors wait: the reserved slots stay free for a quick one
+                hold = True
+            else:
+                group.queue.remove(quick)
+                group.queue.insert(0, quick)
+        self.decided[group_id] = (now, state, hold)
+        return hold
 
     def refusal(self, fn, visitor: str) -> str | None:
         """Why `visitor` may not add an event of `fn` now (None: it may)."""
