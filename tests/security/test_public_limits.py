@@ -51,11 +51,14 @@ def fn_index(demo, name: str) -> int:
     return next(i for i, fn in demo.fns.items() if name in (fn.api_name, fn.name))
 
 
-def join(app_url: str, demo, name: str, values: dict[int, object], session: str | None = None) -> httpx.Response:
-    """POST /gradio_api/queue/join as a browser would, the event's inputs None except `values` (index -> value)."""
+def join(app_url: str, demo, name: str, values: dict[int, object], session: str | None = None,
+         visitor: str | None = None) -> httpx.Response:
+    """POST /gradio_api/queue/join as a browser would, the event's inputs None except `values` (index -> value),
+    from `visitor`'s address (given as X-Forwarded-For, which uvicorn trusts from 127.0.0.1 as from a proxy)."""
     index = fn_index(demo, name)
     data = [values.get(i) for i in range(len(demo.fns[index].inputs))]
     return httpx.post(f"{app_url}gradio_api/queue/join", timeout=30,
+                      headers={"X-Forwarded-For": visitor} if visitor else None,
                       json={"data": data, "fn_index": index, "session_hash": session or uuid.uuid4().hex})
 
 
@@ -214,7 +217,7 @@ def test_a_full_group_leaves_other_events_their_room(monkeypatch):
     demo.launch(server_port=port, prevent_thread_lock=True, quiet=True, **public_limits.launch_settings())
     url = f"http://127.0.0.1:{port}/"
     try:
-        slow = [join(url, demo, "slow", {0: "x"}).status_code for _ in range(MIN_WAITING + 8)]
+        slow = [join(url, demo, "slow", {0: "x"}, visitor=f"10.0.1.{i}").status_code for i in range(MIN_WAITING + 8)]
         assert slow.count(503) >= 6 and slow.count(200) <= MIN_WAITING + 2  # the slow group is bounded on its own
         session = uuid.uuid4().hex
         assert join(url, demo, "fast", {0: "owner"}, session=session).status_code == 200
@@ -224,6 +227,152 @@ def test_a_full_group_leaves_other_events_their_room(monkeypatch):
         assert done["output"]["data"] == ["OWNER"]
     finally:
         release.set()
+        demo.close()
+
+
+def test_a_visitor_over_its_share_of_a_group_is_refused_and_waits_behind_lighter_visitors():
+    # Before: a group's waiting events ran first come, first served and only their total was bounded: 64 cheap
+    # /score requests from two addresses kept the scoring group full and 94% of fifty honest visitors' requests got
+    # 503 (benchmarks/http_load.py). Now one visitor holds at most MAX_EVENTS_PER_VISITOR of a shared group, and a
+    # free slot goes to the visitor who held the group's slots least lately.
+    from grpo_playground.child_process import free_port
+    from grpo_playground.ui.fair_queue import MAX_EVENTS_PER_VISITOR
+
+    release, order = threading.Event(), []
+
+    def slow(x):
+        release.wait(60)
+        order.append(x)
+        return x
+
+    with gr.Blocks() as demo:
+        box = gr.Textbox()
+        gr.Button().click(slow, box, box, api_name="slow", concurrency_id="score", concurrency_limit=1)
+    public_limits.configure_queue(demo)
+    port = free_port()
+    demo.launch(server_port=port, prevent_thread_lock=True, quiet=True, **public_limits.launch_settings())
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        flood = [join(url, demo, "slow", {0: f"flood-{i}"}, visitor="10.0.0.66")
+                 for i in range(MAX_EVENTS_PER_VISITOR + 3)]
+        assert [answer.status_code for answer in flood] == [200] * MAX_EVENTS_PER_VISITOR + [429] * 3
+        assert "from your address" in flood[-1].text
+        assert join(url, demo, "slow", {0: "honest"}, visitor="10.0.0.7").status_code == 200  # another gets in
+        time.sleep(0.5)  # the flood's first event holds the slot, its others and the honest one wait
+        release.set()
+        deadline = time.monotonic() + 30
+        while len(order) < MAX_EVENTS_PER_VISITOR + 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # the honest request, last to arrive, runs before the flood's waiting ones: it has held no slot lately
+        assert order[:2] == ["flood-0", "honest"], order
+    finally:
+        release.set()
+        demo.close()
+
+
+def test_slow_visitors_leave_a_quarter_of_a_groups_slots_to_quick_ones():
+    # Before: 16 addresses each sending one backtracking group (a slot held for seconds) kept every scoring slot, and
+    # honest requests waited seconds for one to free. Now the last quarter of a shared group's slots goes only to a
+    # visitor whose events lately held a slot less than 0.5 s on average.
+    from grpo_playground.child_process import free_port
+
+    release = threading.Event()
+
+    def work(x):
+        if x.startswith("slow"):
+            release.wait(60)
+        return x
+
+    with gr.Blocks() as demo:
+        box = gr.Textbox()
+        gr.Button().click(work, box, box, api_name="work", concurrency_id="score", concurrency_limit=4)
+    public_limits.configure_queue(demo)
+    port = free_port()
+    demo.launch(server_port=port, prevent_thread_lock=True, quiet=True, **public_limits.launch_settings())
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        for visitor in ("10.0.2.1", "10.0.2.2", "10.0.2.3"):  # three slow requests hold three of the four slots
+            assert join(url, demo, "work", {0: "slow"}, visitor=visitor).status_code == 200
+        time.sleep(1.0)  # their visitors are slow now: their events have held a slot over 0.5 s
+        assert join(url, demo, "work", {0: "slow again"}, visitor="10.0.2.1").status_code == 200  # waits
+        session = uuid.uuid4().hex
+        assert join(url, demo, "work", {0: "honest"}, session=session, visitor="10.0.0.7").status_code == 200
+        with httpx.stream("GET", f"{url}gradio_api/queue/data", params={"session_hash": session}, timeout=30) as events:
+            done = next(json.loads(line[5:]) for line in events.iter_lines()
+                        if line.startswith("data:") and "process_completed" in line)
+        assert done["output"]["data"] == ["honest"] and not release.is_set()  # served while the slow ones still run
+    finally:
+        release.set()
+        demo.close()
+
+
+def test_slow_visitors_waiting_cannot_fill_the_places_of_quick_ones():
+    # Before: one count of waiting places per group: 16 addresses of slow groups, each up to 4 events waiting behind
+    # the quick ones, filled the scoring group's places and honest visitors got 503 (benchmarks/http_load.py).
+    import asyncio
+    from types import SimpleNamespace
+
+    from grpo_playground.ui.fair_queue import FairGroups
+
+    async def held_for_a_while(events, batch, begin_time, fn):  # Gradio running an event that holds its slot
+        await asyncio.sleep(0.6)
+
+    group = SimpleNamespace(queue=[], concurrency_limit=16, current_concurrency=0)
+    queue = SimpleNamespace(event_queue_per_concurrency_id={"score": group}, get_events=lambda: None,
+                            process_events=held_for_a_while)
+    fair = FairGroups(queue, {"score"})
+    fair.install()
+    fn = SimpleNamespace(concurrency_id="score")
+    slow = [f"10.0.3.{i}" for i in range(16)]
+
+    async def run_once_each():
+        await asyncio.gather(*(queue.process_events([SimpleNamespace(visitor=v)], False, 0, fn) for v in slow))
+
+    asyncio.run(run_once_each())  # each slow visitor's event held a slot 0.6 s
+    group.queue = [SimpleNamespace(visitor=visitor) for visitor in slow]  # then each waits with another
+    assert fair.crowded(fn, slow[0], 16)  # the slow visitors' places are full
+    assert not fair.crowded(fn, "10.0.0.7", 16)  # a visitor new to the group (quick) still has its own
+
+
+def test_the_page_config_is_built_once_per_address_not_per_request(monkeypatch):
+    # Before: every GET /config deep-copied the page's whole config in the thread pool that runs the event handlers
+    # (~50 ms of CPU, 0.45 MB for the app): 64 threads fetching it from two addresses kept every thread busy and
+    # honest scoring requests waited minutes (benchmarks/http_load.py). Now it is built once per address the page
+    # is reached at, and replayed.
+    from concurrent.futures import ThreadPoolExecutor
+
+    import gradio.route_utils
+    from grpo_playground.child_process import free_port
+
+    builds = []
+    rewrite = gradio.route_utils.update_root_in_config
+
+    def counted(config, root):  # the last step of building the page's config, for /config and for the page
+        builds.append(root)
+        return rewrite(config, root)
+
+    monkeypatch.setattr(gradio.route_utils, "update_root_in_config", counted)
+    with gr.Blocks() as demo:
+        gr.Textbox("hello", label="box")
+    public_limits.configure_queue(demo)
+    port = free_port()
+    demo.launch(server_port=port, prevent_thread_lock=True, quiet=True, **public_limits.launch_settings())
+    url = f"http://127.0.0.1:{port}/config"
+    try:
+        builds.clear()  # launch's own calls
+        with ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(lambda _: httpx.get(url, timeout=30), range(48)))
+        assert {answer.status_code for answer in answers} == {200}
+        assert len({answer.content for answer in answers}) == 1  # every visitor gets the same page
+        assert json.loads(answers[0].content)["components"][0]["props"]["value"] == "hello"
+        assert len(builds) == 1, f"/config was built {len(builds)} times for 48 requests"
+        # reached at another address (a proxy's host): its own answer, with that address's URLs
+        other = httpx.get(url, headers={"X-Forwarded-Host": "space.example"}, timeout=30)
+        assert len(builds) == 2 and "space.example" in other.json()["root"]
+        # the page itself embeds the same config: built once too (get_page_config copies it)
+        pages = [httpx.get(url.removesuffix("config"), timeout=30) for _ in range(3)]
+        assert len({page.content for page in pages}) == 1 and b"hello" in pages[0].content and len(builds) == 3
+    finally:
         demo.close()
 
 

@@ -149,23 +149,53 @@ def test_the_pages_own_events_name_no_server_path(app_url, run, chat_server, nam
     if name == "current":  # the Chat status: the server's model named in the runs folder, and no local port
         assert f"{RUN}/export/model-q4_k_m.gguf" in answer and "54321" not in answer
     assert '"success":true' in answer, answer[-600:]
-    shown = _without_downloads(answer)
     for root in {str(runs_dir()), os.path.realpath(runs_dir())}:
-        assert root not in shown, f"{name} answered the runs folder's path: {shown[:600]}"
+        assert root not in answer, f"{name} answered the runs folder's path: {answer[:600]}"
 
 
-def _without_downloads(stream: str) -> str:
-    """The stream's messages without the files offered for download: Gradio serves those by their path, named in
-    their URL (a known limit: deploy.md)."""
-    def drop(value):
+def _downloads(stream: str) -> list[dict]:
+    """The files an event's stream offers for download (Gradio's file data)."""
+    found = []
+
+    def walk(value):
         if isinstance(value, dict):
             if isinstance(value.get("meta"), dict) and value["meta"].get("_type") == "gradio.FileData":
-                return "(a download)"
-            return {key: drop(item) for key, item in value.items()}
-        return [drop(item) for item in value] if isinstance(value, list) else value
+                found.append(value)
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
 
-    return "\n".join(json.dumps(drop(json.loads(line[len("data: "):]))) for line in stream.splitlines()
-                     if line.startswith("data: "))
+    for line in stream.splitlines():
+        if line.startswith("data: "):
+            walk(json.loads(line[len("data: "):]))
+    return found
+
+
+def test_an_exports_download_names_no_server_path_and_serves_its_bytes(app_url, run):
+    # Before: the Training timer offered the exported GGUF at /gradio_api/file=<the runs folder>/<run>/export/...,
+    # telling every stranger who opened the run where the data root lies (issue 38 item 6).
+    import uuid
+
+    import httpx
+
+    import app
+
+    index, session = _fn_index(app.demo, "tick"), uuid.uuid4().hex
+    data = [_initial(block) for block in app.demo.fns[index].inputs]
+    answer = _event_answer(app_url, session, index, data)  # the timer's first tick lists the runs for the picker
+    data[0] = RUN  # then the run is picked (its files are offered once, by the first tick that shows it)
+    answer += "\n" + _event_answer(app_url, session, index, data)
+    for root in {str(runs_dir()), os.path.realpath(runs_dir())}:
+        assert root not in answer, f"the export's download named the runs folder's path: {answer[:600]}"
+    files = _downloads(answer)
+    assert [file["path"] for file in files] == [f"{RUN}/export/model-q4_k_m.gguf"]
+    got = httpx.get(httpx.URL(app_url).join(files[0]["url"]), timeout=30)
+    assert got.status_code == 200 and got.content == b"GGUF"  # the same bytes as the file in the run's folder
+    # Only files offered for download are served, by their name in the runs folder: not the run's other files.
+    for name in (f"{RUN}/{JOB_FILE}", f"{RUN}/export/result.json", f"{RUN}/export", "etc/passwd"):
+        assert httpx.get(f"{app_url}download/{name}", timeout=30).status_code == 404, name
 
 
 @pytest.mark.slow  # builds a second copy of the page

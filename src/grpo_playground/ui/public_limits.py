@@ -23,6 +23,8 @@ from gradio_client.utils import is_http_url_like
 
 from grpo_playground.config.recipe_io import MAX_RECIPE_BYTES
 from grpo_playground.rewards.custom import MAX_CODE_CHARS
+from grpo_playground.ui.fair_queue import FairGroups
+from grpo_playground.ui.page_config import PageConfigCache
 from grpo_playground.ui.request_limits import (
     MAX_UPLOAD_BYTES,
     RequestLimits,
@@ -30,6 +32,7 @@ from grpo_playground.ui.request_limits import (
     sweep_uploads,
     visitor_of_request,
 )
+from grpo_playground.ui.run_downloads import RunDownloads
 from grpo_playground.ui.token_guesses import TokenGuesses, token_inputs
 
 MONITORING_ENV = "GRPO_PLAYGROUND_MONITORING"
@@ -44,7 +47,10 @@ MAX_API_INPUT_CHARS = MAX_RECIPE_BYTES  # a gr.api parameter: the largest is a r
 # other event (each its own group) always find a free one.
 MAX_THREADS = 40
 RESERVED_THREADS = 16
-WAITING_PER_SLOT = 3  # a group keeps at most this many waiting events per concurrency slot (at least MIN_WAITING)
+# A group keeps at most this many waiting events per concurrency slot (at least MIN_WAITING), for quick and for slow
+# visitors each (fair_queue.py): fifty visitors scoring at once wait in the scoring group's 64 places while slow
+# requests hold 12 of its 16 slots (with 3 per slot, 48 places, some of them got "busy": benchmarks/http_load.py).
+WAITING_PER_SLOT = 4
 MIN_WAITING = 16
 
 
@@ -103,9 +109,9 @@ def configure_queue(demo: gr.Blocks) -> None:
 
 
 def bound_queue(demo: gr.Blocks) -> None:
-    """Give every concurrency group its own bound on waiting events, refuse oversized inputs before they are
-    queued (so a refused paste is never held, in the queue or in a session), and a visitor guessing the owner
-    token its events that carry one (token_guesses.py)."""
+    """Give every concurrency group its own bound on waiting events and the shared ones a fair share per visitor
+    (fair_queue.py), refuse oversized inputs before they are queued (so a refused paste is never held, in the
+    queue or in a session), and a visitor guessing the owner token its events that carry one (token_guesses.py)."""
     queue = demo._queue
     shared: dict[str, int] = {}
     for fn in demo.fns.values():
@@ -119,6 +125,8 @@ def bound_queue(demo: gr.Blocks) -> None:
                          f"under {MAX_THREADS - RESERVED_THREADS} so the owner's actions and the timers keep theirs")
     push = queue.push
     guesses = TokenGuesses()
+    fair = FairGroups(queue, set(shared))
+    fair.install()
 
     async def bounded_push(body, request, username):
         fn = demo.fns.get(body.fn_index) if body.fn_index is not None else None
@@ -126,7 +134,8 @@ def bound_queue(demo: gr.Blocks) -> None:
             return await push(body, request, username)  # Gradio's own error for a missing or unknown fn_index
         tokens = [value for i, value in enumerate(body.data) if i in token_inputs(fn) and isinstance(value, str)
                   and value]
-        if refusal := guesses.refusal(visitor_of_request(request), tokens):
+        visitor = visitor_of_request(request)
+        if refusal := guesses.refusal(visitor, tokens) or fair.refusal(fn, visitor):
             raise HTTPException(status_code=429, detail=refusal)
         problems = [(block, input_problem(block, value)) for block, value in zip(fn.inputs, body.data)]
         # Values past the event's inputs (Gradio ignores them) and its event data would still wait in the queue.
@@ -138,7 +147,7 @@ def bound_queue(demo: gr.Blocks) -> None:
         if refused:  # Gradio's own validation reply (HTTP 422): the page and gradio_client show each message
             return False, refused, "validator_error"
         group = queue.event_queue_per_concurrency_id.get(fn.concurrency_id)
-        if group is not None and len(group.queue) >= waiting_limit(group.concurrency_limit):
+        if group is not None and fair.crowded(fn, visitor, waiting_limit(group.concurrency_limit)):
             return (False, f"busy: {len(group.queue)} requests of this kind are waiting; try again in a few seconds",
                     "queue_full")
         return await push(body, request, username)
@@ -158,7 +167,8 @@ def launch_settings(kept: Callable[[], set[str]] = set) -> dict:
         "state_session_capacity": SESSION_CAPACITY,
         "enable_monitoring": monitoring_enabled(),
         "num_workers": 0,  # no static-file worker processes: every upload passes RequestLimits
-        "app_kwargs": {"middleware": [Middleware(RequestLimits, upload_dir=get_upload_folder(), kept=kept)]},
+        "app_kwargs": {"middleware": [Middleware(RequestLimits, upload_dir=get_upload_folder(), kept=kept),
+                                      Middleware(PageConfigCache), Middleware(RunDownloads)]},
     }
 
 

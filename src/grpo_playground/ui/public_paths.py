@@ -9,8 +9,8 @@ accepted in that form.
 The page's own events are a public API too (anyone can join the queue with an event's fn_index), and showed the
 same paths in the Training timer's log and status, the Evaluate log, the Chat status (a server's model path) and
 the page's /config once runs existed at start-up. `public_events(demo)` rewrites every event's answer and refusal
-and the page's config the same way. Files the page offers for download keep their Gradio file data (its URL names
-the file as Gradio serves it).
+and the page's config the same way; a file offered for download (an export's GGUF) is named in the runs folder and
+linked to /download/<run id>/... (run_downloads.py) instead of Gradio's /gradio_api/file=<absolute path>.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import re
 import gradio as gr
 
 from grpo_playground.run_layout import exports_dir, runs_dir
+from grpo_playground.ui.run_downloads import public_file
 
 DATA_ENVS = {"GRPO_PLAYGROUND_DATA_ROOT": "data", "HF_HOME": "hf-home", "GRPO_PLAYGROUND_CACHE": "cache"}
 
@@ -47,7 +48,7 @@ def run_relative(value, roots: list[tuple[str, str]] | None = None):
         return type(value)(run_relative(item, roots) for item in value)
     if isinstance(value, dict):
         if isinstance(value.get("meta"), dict) and value["meta"].get("_type") == "gradio.FileData":
-            return value  # a file to download: Gradio serves it by its path
+            return public_file(value)  # a file to download: linked by its name, served by RunDownloads
         return {run_relative(key, roots): run_relative(item, roots) for key, item in value.items()}
     return value
 

@@ -22,6 +22,7 @@ from grpo_playground.eval import results as eval_results
 from grpo_playground.run_layout import (LOG_FILE, PREFLIGHT_FILE, TRAINED_STAGES, evals_dir, read_json, saved_progress,
                                        stage_done)
 from grpo_playground.ui import run_summary, run_views
+from grpo_playground.ui.run_downloads import offer
 from grpo_playground.ui.training_api import api_export, api_resume, api_scale_out, api_stop
 from grpo_playground.ui.training_charts import build_charts, chart_update, chart_updates
 from grpo_playground.ui.training_history import HistoryPart, compare_metrics
@@ -304,7 +305,7 @@ def _export_panel(tick: Tick, info: jobs.RunInfo) -> None:
     view["export"] = exported
     tick.export_status = run_views.export_markdown(exported)
     files = exported["files"] if exported["state"] == "finished" else []
-    serve_files(files)
+    offer(files)
     tick.export_files = gr.update(value=files or None, visible=bool(files))
     tick.export_chat = gr.update(visible=any(f.endswith(".gguf") for f in files))
 
@@ -316,20 +317,8 @@ def _scale_out_panel(tick: Tick, info: jobs.RunInfo) -> None:
         return
     tick.view["scale_out"] = state
     tick.scale_out_status = run_views.scale_out_markdown(state)
-    serve_files([state["zip"]] if state["zip"] else [])
+    offer([state["zip"]] if state["zip"] else [])
     tick.scale_out_file = gr.update(value=state["zip"], visible=bool(state["zip"]))
-
-
-_SERVED: set[str] = set()
-
-
-def serve_files(paths: list[str]) -> None:
-    """Let the browser download these exported files straight from the run folder (gradio would otherwise copy
-    each GGUF, gigabytes, into its cache): only these files, not the folder around them."""
-    fresh = [p for p in paths if p not in _SERVED]
-    if fresh:
-        gr.set_static_paths(fresh)
-        _SERVED.update(fresh)
 
 
 def _read_preflight(tick: Tick, run_dir: Path) -> bool:
