@@ -5,6 +5,7 @@
     grpo-playground export --run runs/RUN_ID --gguf q4_k_m
     grpo-playground data --source generator:train --n 5
     grpo-playground scale-out --config smollm2 --out scale_out/smollm2
+    grpo-playground compare --minutes 3 --n-worked 100 --n-answers 1000 --n-eval 200
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import sys
 
 COMMANDS = {"train": "train a run from a recipe (SFT then GRPO)", "eval": "evaluate a model on a data source",
             "export": "export a run or a model to GGUF", "data": "load a data source and show a sample",
-            "scale-out": "write a recipe or a run as a verl / OpenRLHF GRPO job"}
+            "scale-out": "write a recipe or a run as a verl / OpenRLHF GRPO job",
+            "compare": "GRPO vs more SFT: the seed-regime experiment, every arm trained and scored"}
 
 
 def usage() -> str:
