@@ -20,7 +20,7 @@ B="python3 -m benchmarks.gpu_grpo"
 SPEED_DIR=$W/grpo_speed; mkdir -p $SPEED_DIR  # issue 24's runs
 ROLL="python3 -m benchmarks.vllm_rollout"
 WAIT_SHAPES="while [ -f $W/shapes.log ] && [ ! -f $W/shapes.done ]; do sleep 2; done"  # the shapes step, if started
-SEED="python3 -m grpo_playground.cli.compare --recipe benchmarks/recipes/smollm2_seed_regime_gpu.yaml \
+SEED="python3 -m grpo_playground.experiments.seed_regime --recipe benchmarks/recipes/smollm2_seed_regime_gpu.yaml \
   --worked 'generator:train?levels=1-2' --answers 'generator:train?levels=1-2' --eval-data 'generator:test?levels=1-2' \
   --minutes ${SEED_MINUTES:-4} --max-rounds 5 --work $W/seed --out $W/learning_seed_regime_gpu"
 # issue 20: the seed regime on real data, split over two leases (BENCHMARKS.md, "GSM8K seed regime: how to run it").
@@ -29,7 +29,7 @@ SEED="python3 -m grpo_playground.cli.compare --recipe benchmarks/recipes/smollm2
 GSM8K_DIR=$W/seed_gsm8k
 PILOTS=${PILOTS:-"--pilot recipe --pilot lr4e-5:grpo.learning_rate=4e-5 \
   --pilot g4x32:grpo.num_generations=4,grpo.per_device_train_batch_size=128"}
-SEEDG="python3 -m grpo_playground.cli.compare --recipe benchmarks/recipes/smollm2_seed_regime_gpu.yaml \
+SEEDG="python3 -m grpo_playground.experiments.seed_regime --recipe benchmarks/recipes/smollm2_seed_regime_gpu.yaml \
   --worked 'generator:train?levels=1-2' --answers gsm8k:$W/gsm8k/train.jsonl --n-answers 7000 --n-pilot 300 \
   --eval-data gsm8k:$W/gsm8k/test.jsonl --n-eval 1319 --eval-data-2 'generator:test?levels=1-2' --n-eval-2 600 \
   --minutes ${SEED_MINUTES:-10} --pilot-minutes ${PILOT_MINUTES:-1} --max-rounds 5 --eval-backend vllm \

@@ -45,7 +45,7 @@ class Comparison:
 
     @property
     def folder(self) -> Path:
-        from grpo_playground.run_layout import COMPARISONS_DIR
+        from grpo_playground.contracts.layout import COMPARISONS_DIR
 
         return self.runs / COMPARISONS_DIR / self.id
 

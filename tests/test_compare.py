@@ -18,10 +18,12 @@ import pytest
 from grpo_playground.cli.args import CompareArgs
 from grpo_playground.experiments.plan import MAX_DATA_FILE_BYTES, ComparisonPlan
 from grpo_playground.jobs import comparisons as jobs
-from grpo_playground.run_layout import GPU_LOCK
+from grpo_playground.contracts.layout import GPU_LOCK
 from grpo_playground.contracts.process import group_members
-from grpo_playground.run_layout import (COMPARISON_JOB, COMPARISON_RESULT, COMPARISON_WORK, COMPARISONS_DIR, RECIPE_FILE,
-                                        STATUS_FILE, read_json)
+from grpo_playground.contracts.layout import (
+    COMPARISON_JOB, COMPARISON_RESULT, COMPARISON_WORK, COMPARISONS_DIR, RECIPE_FILE, STATUS_FILE,
+)
+from grpo_playground.contracts.process import read_json
 from grpo_playground.ui import compare_panel as panel
 from shared_comparison import TINY_PLAN, tiny_run, wait_for
 
@@ -191,7 +193,7 @@ def test_the_form_the_api_and_the_command_line_derive_from_one_plan():
     assert {name: parameters[name].default for name in panel.FORM} == asdict(ComparisonPlan())
     args = ComparisonPlan(minutes=2, n_worked=50).args(Path("r.yaml"), Path("w"), Path("o"))
     assert CompareArgs.parse_args(args.to_argv()) == args and (args.minutes, args.n_worked) == (2, 50)
-    assert jobs.experiment_command(Path("/c"), ComparisonPlan())[1:3] == ["-m", "grpo_playground.cli.compare"]
+    assert jobs.experiment_command(Path("/c"), ComparisonPlan())[1:3] == ["-m", "grpo_playground.experiments.seed_regime"]
     with pytest.raises(ValueError, match="unknown comparison settings \\['minute'\\]"):
         ComparisonPlan.from_form({"minute": 3})
 

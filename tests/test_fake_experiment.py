@@ -17,8 +17,10 @@ import pytest
 
 from grpo_playground.experiments.plan import ComparisonPlan
 from grpo_playground.jobs import comparisons as jobs
-from grpo_playground.run_layout import COMPARISON_JOB, COMPARISON_RESULT, COMPARISON_WORK, PROGRESS_FILE, RECIPE_FILE
-from grpo_playground.run_layout import read_json
+from grpo_playground.contracts.layout import (
+    COMPARISON_JOB, COMPARISON_RESULT, COMPARISON_WORK, PROGRESS_FILE, RECIPE_FILE,
+)
+from grpo_playground.contracts.process import read_json
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,7 +14,8 @@ from grpo_playground.config import load_recipe
 from grpo_playground.data import load_examples
 from grpo_playground.experiments.plan import ComparisonPlan
 from grpo_playground.jobs import comparisons as jobs
-from grpo_playground.run_layout import COMPARISON_JOB, COMPARISON_RESULT, COMPARISON_WORK, PROGRESS_FILE, read_json
+from grpo_playground.contracts.layout import COMPARISON_JOB, COMPARISON_RESULT, COMPARISON_WORK, PROGRESS_FILE
+from grpo_playground.contracts.process import read_json
 from grpo_playground.experiments import checkpoints, children, data_sets, report, seed_regime
 from grpo_playground.experiments.progress import ARMS, SCORED, STEPS, TUNED, mark
 

@@ -27,7 +27,8 @@ from grpo_playground.experiments import children
 from grpo_playground.experiments.checkpoints import weights_sha256
 from grpo_playground.experiments.children import evaluate
 from grpo_playground.experiments.report import level_table, paired_difference, pct
-from grpo_playground.run_layout import PREFLIGHT_FILE, read_json
+from grpo_playground.contracts.layout import PREFLIGHT_FILE
+from grpo_playground.contracts.process import read_json
 
 ROOT = Path(__file__).resolve().parents[2]
 OVERRIDES: list[str] = []  # --set values, applied to every run before the step's own

@@ -12,7 +12,8 @@ import json
 import shutil
 
 from grpo_playground.jobs.comparisons import list_comparisons
-from grpo_playground.run_layout import COMPARISON_JOB, COMPARISON_RESULT, comparisons_dir
+from grpo_playground.contracts.layout import COMPARISON_JOB, COMPARISON_RESULT
+from grpo_playground.run_layout import comparisons_dir
 
 COMPARISON_TIMEOUT_MS = 300_000  # the fake experiment's four short arms and their evaluations, on 2 shared cores
 

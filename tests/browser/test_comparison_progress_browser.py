@@ -27,8 +27,8 @@ ORDER = ["data", "sft_w", "sft_w+grpo_a", "sft_w+more_sft_w", "sft_w+fresh_sft",
 
 def test_a_running_comparison_shows_its_rounds_format_rates_and_time_left(page):
     from grpo_playground.contracts.process import process_start_ticks
-    from grpo_playground.run_layout import (COMPARISON_JOB, COMPARISON_LOG, COMPARISON_WORK, PROGRESS_FILE,
-                                            comparisons_dir)
+    from grpo_playground.contracts.layout import COMPARISON_JOB, COMPARISON_LOG, COMPARISON_WORK, PROGRESS_FILE
+    from grpo_playground.run_layout import comparisons_dir
 
     job = subprocess.Popen(["sleep", "120"])
     try:

@@ -200,7 +200,7 @@ class ScaleOutArgs(CliArgs):
 
 @dataclass(frozen=True)
 class CompareArgs(CliArgs):
-    MODULE: ClassVar[str] = "grpo_playground.cli.compare"
+    MODULE: ClassVar[str] = "grpo_playground.experiments.seed_regime"
     COMMAND: ClassVar[str] = "compare"
     DESCRIPTION: ClassVar[str] = ("GRPO in the seed's own data regime (worked solutions scarce, final answers "
                                   "plentiful): GRPO on answer-only problems vs more SFT on the few worked ones.")

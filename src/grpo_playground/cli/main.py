@@ -1,4 +1,5 @@
-"""`grpo-playground COMMAND [ARGS]`: the installed console script; each command is one module of this package.
+"""`grpo-playground COMMAND [ARGS]`: the installed console script; each command is one module of this package (its
+arguments class's MODULE: cli/args.py; `data` is cli/data.py).
 
     grpo-playground train --config quick          # a shipped recipe's name or a recipe file
     grpo-playground eval --model tiny --n 20
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import importlib
 import sys
+
+from grpo_playground.cli.args import CLIS
 
 COMMANDS = {"train": "train a run from a recipe (SFT then GRPO)", "eval": "evaluate a model on a data source",
             "export": "export a run or a model to GGUF", "data": "load a data source and show a sample",
@@ -33,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
         unknown = f"\n\nerror: unknown command {argv[0]!r}: use one of {', '.join(COMMANDS)}" if argv else ""
         print(usage() + unknown, file=sys.stderr)
         return 2
-    return importlib.import_module(f"grpo_playground.cli.{argv[0].replace('-', '_')}").main(argv[1:])
+    modules = {cli.COMMAND: cli.MODULE for cli in CLIS} | {"data": "grpo_playground.cli.data"}
+    return importlib.import_module(modules[argv[0]]).main(argv[1:])
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from grpo_playground.run_layout import PROGRESS_FILE, read_json
+from grpo_playground.contracts.layout import PROGRESS_FILE
+from grpo_playground.contracts.process import read_json
 
 
 def weights_sha256(name_or_path: str) -> str:

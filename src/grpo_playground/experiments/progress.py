@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from grpo_playground.run_layout import PROGRESS_FILE, read_json, write_json_atomic
+from grpo_playground.contracts.layout import PROGRESS_FILE
+from grpo_playground.contracts.process import read_json, write_json_atomic
 
 ARMS = ("sft_w", "sft_w+grpo_a", "sft_w+more_sft_w", "sft_w+fresh_sft")
 STEPS = ("data", *ARMS, "eval")  # in the order they run

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from grpo_playground.experiments.progress import SCORED, TUNED
-from grpo_playground.run_layout import METRICS_FILE
+from grpo_playground.contracts.layout import METRICS_FILE
 
 
 def paired_difference(a: dict, b: dict) -> dict:

@@ -36,8 +36,8 @@ app's Resume comparison does, skips finished steps and starts an interrupted one
 --only-arms and --sft-w-sha256 split the arms over machines that share one sft-W (checked by its hash).
 Writes <out>.json (every number) and <out>.md (tables, the command, versions). While it runs, <work>/progress.json
 says which step runs (data, sft_w, one per arm, eval) and the run folder it trains in, so the app can show progress.
-The app's "GRPO vs more SFT" panel runs this as a job (grpo_playground.jobs.comparisons), its arguments from a
-ComparisonPlan (experiments/plan.py); `python -m pipelines.experiments.seed_regime` in a checkout runs it too.
+The app's "GRPO vs more SFT" panel runs this module as a job (grpo_playground.jobs.comparisons), its arguments from
+a ComparisonPlan (experiments/plan.py); `python -m pipelines.experiments.seed_regime` in a checkout runs it too.
 """
 
 from __future__ import annotations
@@ -54,8 +54,9 @@ from grpo_playground.experiments.children import evaluate_together, train
 from grpo_playground.experiments.data_sets import build_sets, eval_sources, fresh_set, worked_problems
 from grpo_playground.experiments.progress import ARMS, SCORED, TUNED, mark
 from grpo_playground.experiments.report import column, paired_difference, report, reward_curve, versions
-from grpo_playground.run_layout import (PREFLIGHT_FILE, adapter_dir, checkpoints_dir, read_json, read_status,
-                                        write_json_atomic)
+from grpo_playground.contracts.layout import PREFLIGHT_FILE
+from grpo_playground.contracts.process import read_json, write_json_atomic
+from grpo_playground.run_layout import adapter_dir, checkpoints_dir, read_status
 
 
 def sft_until_format(args, cfg, work: Path, worked_spec: str, check_data: str) -> dict:
@@ -332,3 +333,7 @@ def shown_path(path: Path) -> str:
     """A path as the report shows it: relative to the current folder when inside it (recipes/tiny-cpu.yaml)."""
     here, absolute = Path.cwd(), path.absolute()
     return str(absolute.relative_to(here) if absolute.is_relative_to(here) else path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -28,20 +28,11 @@ from grpo_playground.contracts.states import JobState
 from grpo_playground.experiments.plan import ComparisonPlan
 from grpo_playground.jobs.kinds import COMPARE
 from grpo_playground.jobs.record import step, stop_job
-from grpo_playground.run_layout import (
-    COMPARISON_JOB,
-    COMPARISON_RESULT,
-    COMPARISON_WORK,
-    GPU_LOCK,
-    PROGRESS_FILE,
-    RECIPE_FILE,
-    RUN_ID_RE,
-    STATUS_FILE,
-    comparisons_dir,
-    new_run_id,
-    read_json,
-    runs_dir,
+from grpo_playground.contracts.layout import (
+    COMPARISON_JOB, COMPARISON_RESULT, COMPARISON_WORK, GPU_LOCK, PROGRESS_FILE, RECIPE_FILE, STATUS_FILE,
 )
+from grpo_playground.contracts.process import read_json
+from grpo_playground.run_layout import RUN_ID_RE, comparisons_dir, new_run_id, runs_dir
 
 MAX_JOB_S = 4 * 3600  # the whole chain: SFT rounds, three arms of at most MAX_MINUTES, four evaluations
 LOG_TAIL_LINES = 40

@@ -27,12 +27,13 @@ import gradio as gr
 import pandas as pd
 
 from grpo_playground.config import ConfigError, load_recipe
-from grpo_playground.jobs import check_owner, list_runs, owner_token_required, run_path
+from grpo_playground.jobs import list_runs, run_path
 from grpo_playground.experiments.plan import ComparisonPlan, form_fields
 from grpo_playground.experiments.progress import SCORED
 from grpo_playground.jobs.comparisons import (comparison_state, list_comparisons, resume_comparison, start_comparison,
                                               stop_comparison)
-from grpo_playground.run_layout import RECIPE_FILE
+from grpo_playground.owner import check_owner, owner_token_required
+from grpo_playground.contracts.layout import RECIPE_FILE
 from grpo_playground.contracts.shipped import RECIPES_DIR, shipped_recipes
 from grpo_playground.step_timing import clock
 from grpo_playground.ui.public_paths import public_api
