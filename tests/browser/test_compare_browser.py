@@ -31,7 +31,7 @@ def test_before_a_result_the_panel_says_so_instead_of_an_empty_chart(page, expec
     folder.mkdir(parents=True)
     try:
         (folder / COMPARISON_JOB).write_text(json.dumps({"kind": "compare", "state": "stopped", "steps": [], "meta": {
-            "recipe_name": "recipes/tiny-cpu.yaml", "command": "python -m pipelines.experiments.seed_regime ...",
+            "recipe_name": "recipes/tiny-cpu.yaml", "command": "grpo-playground compare ...",
             "plan": {"minutes": 1, "n_worked": 8, "n_answers": 8, "n_eval": 2}}}))
         page.reload()
         page.get_by_role("tab", name="Evaluate").click()
@@ -66,7 +66,7 @@ def test_a_comparison_started_from_the_evaluate_tab_shows_every_arm(page, expect
     status = page.locator("#compare-status")
     expect(status).to_contain_text("Running", timeout=60_000)  # a background job: the click returned at once
     expect(status).to_contain_text("T = 0.05 min, W = 8, A = 8, 2 held-out prompts")
-    expect(status).to_contain_text("python -m pipelines.experiments.seed_regime")
+    expect(status).to_contain_text("grpo-playground compare")
     expect(status).to_contain_text("Finished", timeout=COMPARISON_TIMEOUT_MS)
 
     comparison = list_comparisons()[0]
