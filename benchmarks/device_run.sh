@@ -20,7 +20,7 @@ B="python3 -m benchmarks.gpu_grpo"
 SPEED_DIR=$W/grpo_speed; mkdir -p $SPEED_DIR  # issue 24's runs
 ROLL="python3 -m benchmarks.vllm_rollout"
 WAIT_SHAPES="while [ -f $W/shapes.log ] && [ ! -f $W/shapes.done ]; do sleep 2; done"  # the shapes step, if started
-SEED="python3 -m pipelines.experiments.seed_regime --recipe benchmarks/recipes/smollm2_seed_regime_gpu.yaml \
+SEED="python3 -m grpo_playground.experiments.seed_regime --recipe benchmarks/recipes/smollm2_seed_regime_gpu.yaml \
   --worked 'generator:train?levels=1-2' --answers 'generator:train?levels=1-2' --eval-data 'generator:test?levels=1-2' \
   --minutes ${SEED_MINUTES:-4} --max-rounds 5 --work $W/seed --out $W/learning_seed_regime_gpu"
 # issue 20: the seed regime on real data, split over two leases (BENCHMARKS.md, "GSM8K seed regime: how to run it").
@@ -29,7 +29,7 @@ SEED="python3 -m pipelines.experiments.seed_regime --recipe benchmarks/recipes/s
 GSM8K_DIR=$W/seed_gsm8k
 PILOTS=${PILOTS:-"--pilot recipe --pilot lr4e-5:grpo.learning_rate=4e-5 \
   --pilot g4x32:grpo.num_generations=4,grpo.per_device_train_batch_size=128"}
-SEEDG="python3 -m pipelines.experiments.seed_regime --recipe benchmarks/recipes/smollm2_seed_regime_gpu.yaml \
+SEEDG="python3 -m grpo_playground.experiments.seed_regime --recipe benchmarks/recipes/smollm2_seed_regime_gpu.yaml \
   --worked 'generator:train?levels=1-2' --answers gsm8k:$W/gsm8k/train.jsonl --n-answers 7000 --n-pilot 300 \
   --eval-data gsm8k:$W/gsm8k/test.jsonl --n-eval 1319 --eval-data-2 'generator:test?levels=1-2' --n-eval-2 600 \
   --minutes ${SEED_MINUTES:-10} --pilot-minutes ${PILOT_MINUTES:-1} --max-rounds 5 --eval-backend vllm \
@@ -61,7 +61,7 @@ print(e['run_dir']) if e.get('state') == 'done' else sys.exit(1)" 2>/dev/null); 
     [ $(date +%s) -ge $end ] && { echo "$step is not done after ${WAIT_S:-300} s: bring $name back in a later call"; return 1; }
     sleep 10
   done
-  python3 -c "from pipelines.experiments.seed_regime import adapter_sha256; print(adapter_sha256('$run/$sub'))" > $OUT/$name.sha256 || return 1
+  python3 -c "from grpo_playground.experiments.checkpoints import adapter_sha256; print(adapter_sha256('$run/$sub'))" > $OUT/$name.sha256 || return 1
   tar czf - -C / ${run#/}/$sub | split -b 15M - $OUT/$name.tgz.part-; ls -l $OUT; cat $OUT/$name.sha256
 }
 progress() {  # the newest run's last log lines (under $W/${1:-speed})
@@ -166,7 +166,7 @@ torch.cuda.device_count())"; } > $W/env.txt 2>&1; grep -v "^|" $W/env.txt | tail
         parts=$(ls .carry/lease1*/$name.tgz.part-* 2>/dev/null) || continue
         cat $parts | tar xzf - -C / || exit 1; echo "$name restored"
       done
-      python3 -c "from pipelines.experiments.seed_regime import carried_sft_w; from pathlib import Path; \
+      python3 -c "from grpo_playground.experiments.checkpoints import carried_sft_w; from pathlib import Path; \
 carried_sft_w(Path('$GSM8K_DIR'), open('.carry/lease1/sft_w.sha256').read().strip()); print('sft-W hash ok')" ;;
     gsm8k-lease2)  # lease 2: the two SFT arms from the carried sft-W (hash checked first), all evaluations, the report
       background gsm8k-lease2 "$SEEDG $PILOTS --sft-w-sha256 $(cat .carry/lease1/sft_w.sha256 2>/dev/null)" ;;

@@ -56,7 +56,8 @@ def job(work: Path, base: str, name: str, steps: int, share: float | None) -> tu
 
 
 def job_outcome(run_dir: Path) -> dict:
-    from grpo_playground.run_layout import METRICS_FILE, read_status
+    from grpo_playground.contracts.layout import METRICS_FILE
+    from grpo_playground.run_layout import read_status
 
     status = read_status(run_dir)
     rows = (run_dir / METRICS_FILE).read_text().splitlines() if (run_dir / METRICS_FILE).is_file() else []

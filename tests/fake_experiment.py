@@ -1,4 +1,4 @@
-"""A stand-in for the comparison job's child (`python -m pipelines.experiments.seed_regime`) that takes seconds: the
+"""A stand-in for the comparison job's child (`grpo-playground compare`) that takes seconds: the
 real experiment driver (its data sets, sft-W's rounds, the arms in order, progress.json, the steps a rerun skips, the
 result and its report) with only the model's parts replaced. Each training step runs tests/fake_trainer.py (the real
 training job without a model) in a child process where the driver runs the training CLI; each evaluation runs the
@@ -21,14 +21,13 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
-for path in (TESTS.parent, TESTS.parent / "src"):  # run as a script by the job's supervisor
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
+if str(TESTS.parent / "src") not in sys.path:  # run as a script by the job's supervisor
+    sys.path.insert(0, str(TESTS.parent / "src"))
 
 from grpo_playground.cli.args import EvalArgs, TrainArgs  # noqa: E402
 from grpo_playground.eval.generation import Generation  # noqa: E402
 # the real one, kept here: install() replaces it in its module
-from pipelines.experiments.tiny_cpu_learning import run as run_child  # noqa: E402
+from grpo_playground.experiments.children import run as run_child  # noqa: E402
 
 FAKE_TRAINER = TESTS / "fake_trainer.py"
 # completions in the recipe's format, in turn; graded against the held-out answers, they score what they score
@@ -52,7 +51,7 @@ def render_prompt(tokenizer, messages: list[dict], *settings) -> str:
 
 
 def run(command: list[str], log: Path) -> None:
-    """tiny_cpu_learning.run, which runs each step's CLI: the training CLI as tests/fake_trainer.py in a child, the
+    """experiments.children.run, which runs each step's CLI: the training CLI as tests/fake_trainer.py in a child, the
     eval CLI's main in this process, its output in the step's log either way."""
     from grpo_playground.cli import eval as eval_cli
 
@@ -72,8 +71,7 @@ def stand_ins() -> dict[tuple[str, str], object]:
     torch = types.ModuleType("torch")  # the eval CLI sets torch's threads: nothing here computes with it
     torch.set_num_threads = lambda n: None
     return {("sys.modules", "torch"): torch,
-            ("pipelines.experiments.tiny_cpu_learning", "run"): run,  # what train() calls
-            ("pipelines.experiments.seed_regime", "run"): run,  # what evaluate_together() calls
+            ("grpo_playground.experiments.children", "run"): run,  # what train() and evaluate_together() call
             ("grpo_playground.eval.runner", "make_backend"): lambda *args, **options: FakeEngine(),
             ("grpo_playground.eval.runner", "render_prompt"): render_prompt}
 
@@ -90,6 +88,6 @@ def install() -> None:
 
 if __name__ == "__main__":
     install()
-    from pipelines.experiments.seed_regime import main
+    from grpo_playground.experiments.seed_regime import main
 
     sys.exit(main())

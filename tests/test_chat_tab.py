@@ -176,7 +176,8 @@ def test_a_runs_checkpoint_is_shown_and_scored_with_its_own_tags_and_weights(tmp
     from pathlib import Path
 
     from grpo_playground.config import apply_overrides, load_recipe, save_recipe
-    from grpo_playground.run_layout import RECIPE_FILE, adapter_dir, export_dir
+    from grpo_playground.contracts.layout import RECIPE_FILE
+    from grpo_playground.run_layout import adapter_dir, export_dir
 
     run = tmp_path / "20260101-000000-think-abcd"
     recipe = Path(__file__).resolve().parents[1] / "recipes" / "tiny-cpu.yaml"
@@ -313,7 +314,7 @@ def test_a_visitor_chats_only_with_running_servers_and_the_owners_default(tmp_pa
     servers (from the 4th on each stopping one and loading another). Now only the owner starts, switches or evicts;
     a visitor is answered by the running server and told why the others are not started; the owner's default
     (GRPO_PLAYGROUND_CHAT_DEFAULT) is the one a visitor may start, and never by evicting another."""
-    from grpo_playground.jobs.control import OWNER_TOKEN_ENV
+    from grpo_playground.owner import OWNER_TOKEN_ENV
     from grpo_playground.serving import NeedsOwner, ServerPool, discover_targets
     from grpo_playground.ui import chat_tab
 
@@ -372,7 +373,7 @@ def test_a_visitor_chats_only_with_running_servers_and_the_owners_default(tmp_pa
 def test_the_owners_default_starts_with_the_app_and_a_visitor_is_answered_by_it(monkeypatch):
     """On a restarted Space the default checkpoint's server starts as the app builds its Chat tab, so the first
     question finds it up (issue 23 item 2: Send to first token on a restart)."""
-    from grpo_playground.jobs.control import OWNER_TOKEN_ENV
+    from grpo_playground.owner import OWNER_TOKEN_ENV
     from grpo_playground.ui import chat_tab
 
     monkeypatch.setenv(OWNER_TOKEN_ENV, "owner-secret")

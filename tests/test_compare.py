@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import fcntl
+import inspect
 import json
 import os
 import time
@@ -14,11 +15,15 @@ from pathlib import Path
 
 import pytest
 
+from grpo_playground.cli.args import CompareArgs
+from grpo_playground.experiments.plan import MAX_DATA_FILE_BYTES, ComparisonPlan
 from grpo_playground.jobs import comparisons as jobs
-from grpo_playground.run_layout import GPU_LOCK
+from grpo_playground.contracts.layout import GPU_LOCK
 from grpo_playground.contracts.process import group_members
-from grpo_playground.run_layout import (COMPARISON_JOB, COMPARISON_RESULT, COMPARISON_WORK, COMPARISONS_DIR, RECIPE_FILE,
-                                        STATUS_FILE, read_json)
+from grpo_playground.contracts.layout import (
+    COMPARISON_JOB, COMPARISON_RESULT, COMPARISON_WORK, COMPARISONS_DIR, RECIPE_FILE, STATUS_FILE,
+)
+from grpo_playground.contracts.process import read_json
 from grpo_playground.ui import compare_panel as panel
 from shared_comparison import TINY_PLAN, tiny_run, wait_for
 
@@ -51,20 +56,20 @@ def runs(tmp_path, monkeypatch) -> Path:
 ])
 def test_bad_input_is_refused_with_what_to_change_and_starts_nothing(runs, recipe, numbers, message):
     with pytest.raises((ValueError, FileNotFoundError), match=message):
-        panel.start(recipe, *numbers, "1-2", 40, 5, 0.95, "")
+        panel.start(recipe, "", *numbers, "1-2", 40, 5, 0.95)
     assert jobs.list_comparisons() == []
 
 
 def test_bad_levels_and_sft_settings_are_refused(runs):
     with pytest.raises(ValueError, match="levels 'x': write levels from 1 to 5 such as 1-2"):
-        panel.start("recipe:tiny-cpu", 1, 16, 16, 8, "x", 40, 5, 0.95, "")
+        panel.start("recipe:tiny-cpu", "", 1, 16, 16, 8, "x", 40, 5, 0.95)
     for levels in ("1-999999999", "6", "1,2,3,4,5,1,2,3,4,5,1"):  # a huge range, no such level, too long
         with pytest.raises(ValueError, match="write levels from 1 to 5"):
-            panel.start("recipe:tiny-cpu", 1, 16, 16, 8, levels, 40, 5, 0.95, "")
+            panel.start("recipe:tiny-cpu", "", 1, 16, 16, 8, levels, 40, 5, 0.95)
     with pytest.raises(ValueError, match="max_rounds = 11 is out of range"):
-        panel.start("recipe:tiny-cpu", 1, 16, 16, 8, "", 40, 11, 0.95, "")
+        panel.start("recipe:tiny-cpu", "", 1, 16, 16, 8, "", 40, 11, 0.95)
     with pytest.raises(ValueError, match="format_target = 1.5 is out of range"):
-        panel.start("recipe:tiny-cpu", 1, 16, 16, 8, "", 40, 5, 1.5, "")
+        panel.start("recipe:tiny-cpu", "", 1, 16, 16, 8, "", 40, 5, 1.5)
     assert jobs.list_comparisons() == []
 
 
@@ -73,12 +78,6 @@ def test_the_panel_offers_shipped_recipes_and_each_runs_recipe(runs):
     choices = dict(panel.recipe_choices())
     assert choices["recipes/tiny-cpu.yaml"] == "recipe:tiny-cpu" and choices[f"run {run_id}"] == f"run:{run_id}"
     assert panel.resolve_recipe(f"run:{run_id}") == (runs / run_id / RECIPE_FILE, f"run {run_id}")
-
-
-def test_the_chart_orders_the_arms_as_the_experiment_runs_them():
-    from pipelines.experiments import seed_regime
-
-    assert panel.ARM_ORDER == list(seed_regime.SCORED)
 
 
 def test_the_committed_result_renders_as_chart_and_tables():
@@ -99,13 +98,13 @@ def test_a_comparison_waits_for_the_training_slot_and_stop_ends_its_whole_group(
     chain and the training child it started (the fake experiment's: plumbing, tests/fake_experiment.py)."""
     lock = os.open(runs / GPU_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(lock, fcntl.LOCK_EX)  # a training run holds the slot
-    state = panel.start("recipe:tiny-cpu", 1, 16, 16, 8, "", 3, 1, 0.0, "")
+    state = panel.start("recipe:tiny-cpu", "", 1, 16, 16, 8, "", 3, 1, 0.0)
     comparison = state["id"]
     pgid = read_json(runs / COMPARISONS_DIR / comparison / COMPARISON_JOB)["pid"]
     time.sleep(3)
     assert jobs.comparison_state(comparison)["state"] == "waiting"
     with pytest.raises(RuntimeError, match=f"comparison {comparison} is still running"):
-        panel.start("recipe:tiny-cpu", 1, 16, 16, 8, "", 3, 1, 0.0, "")
+        panel.start("recipe:tiny-cpu", "", 1, 16, 16, 8, "", 3, 1, 0.0)
     os.close(lock)  # the training run ended
     assert wait_for(lambda: jobs.comparison_state(comparison)["steps"].get("sft_w"), 120), \
         jobs.comparison_state(comparison)["log"]
@@ -146,7 +145,7 @@ def test_a_comparison_runs_every_arm_in_the_background_and_the_panel_shows_it(ru
 
 
 def start_with_sources(answers: str = "", eval_data: str = "") -> dict:
-    return panel.start("recipe:tiny-cpu", 1, 16, 16, 8, "", 40, 5, 0.95, "", answers, eval_data)
+    return panel.start("recipe:tiny-cpu", "", 1, 16, 16, 8, "", 40, 5, 0.95, answers, eval_data)
 
 
 @pytest.fixture
@@ -154,7 +153,7 @@ def bad_files(tmp_path) -> dict[str, Path]:
     """A sparse file over the size cap, a file of other columns, one of broken lines, a .jsonl link to a non-.jsonl."""
     files = {name: tmp_path / f"{name}.jsonl" for name in ("huge", "columns", "broken", "link")}
     with files["huge"].open("wb") as f:
-        f.truncate(jobs.MAX_DATA_FILE_BYTES + 1)
+        f.truncate(MAX_DATA_FILE_BYTES + 1)
     files["columns"].write_text('{"problem": "1 + 1?", "expected_answer": "2"}\n' * 10)
     files["broken"].write_text('{"question": "1 + 1?", "answer": \n' * 10)
     files["link"].symlink_to(ROOT / "pyproject.toml")
@@ -186,19 +185,32 @@ def test_a_visitor_gets_the_owner_refusal_before_any_data_file_is_read(runs, mon
         start_with_sources(eval_data="gsm8k:/no/such/test.jsonl")
 
 
+def test_the_form_the_api_and_the_command_line_derive_from_one_plan():
+    """ComparisonPlan's fields are the panel's inputs (FORM, in order) and /compare_start's parameters, with the plan's
+    defaults; the command the job runs is the plan's CompareArgs, which the CLI parses back to the same values."""
+    parameters = inspect.signature(panel.api_start).parameters
+    assert [name for name in parameters if name not in ("recipe", "token")] == panel.FORM
+    assert {name: parameters[name].default for name in panel.FORM} == asdict(ComparisonPlan())
+    args = ComparisonPlan(minutes=2, n_worked=50).args(Path("r.yaml"), Path("w"), Path("o"))
+    assert CompareArgs.parse_args(args.to_argv()) == args and (args.minutes, args.n_worked) == (2, 50)
+    assert jobs.experiment_command(Path("/c"), ComparisonPlan())[1:3] == ["-m", "grpo_playground.experiments.seed_regime"]
+    with pytest.raises(ValueError, match="unknown comparison settings \\['minute'\\]"):
+        ComparisonPlan.from_form({"minute": 3})
+
+
 def test_gsm8k_sources_reach_the_command_resolved_and_the_generated_held_out_set_is_scored_too(monkeypatch):
     monkeypatch.chdir(ROOT / "tests")
     relative = "gsm8k:fixtures/../fixtures/gsm8k_small_train.jsonl"  # typed relative to the app's folder
-    plan = jobs.ComparisonPlan(n_answers=16, n_eval=8, levels="1-2", answers=relative, eval_data=f"gsm8k:{GSM8K_TEST}")
+    plan = ComparisonPlan(n_answers=16, n_eval=8, levels="1-2", answers=relative, eval_data=f"gsm8k:{GSM8K_TEST}")
     assert (plan.answers, plan.eval_data) == (f"gsm8k:{GSM8K_TRAIN}", f"gsm8k:{GSM8K_TEST}")
-    assert jobs.ComparisonPlan(**asdict(plan)) == plan  # a resume checks the stored plan and gets the same one
+    assert ComparisonPlan(**asdict(plan)) == plan  # a resume checks the stored plan and gets the same one
     command = jobs.experiment_command(Path("/c"), plan)
     flags = dict(zip(command[3::2], command[4::2]))
     assert flags["--answers"] == f"gsm8k:{GSM8K_TRAIN}" and flags["--eval-data"] == f"gsm8k:{GSM8K_TEST}"
     assert flags["--eval-data-2"] == "generator:test?levels=1-2" and flags["--n-eval-2"] == "8"
     assert panel.sources_text(asdict(plan)) == (", A from gsm8k:gsm8k_small_train.jsonl, held-out "
                                                 "gsm8k:gsm8k_small_test.jsonl + generated")
-    generated = jobs.experiment_command(Path("/c"), jobs.ComparisonPlan(n_answers=16, answers=f"gsm8k:{GSM8K_TRAIN}"))
+    generated = jobs.experiment_command(Path("/c"), ComparisonPlan(n_answers=16, answers=f"gsm8k:{GSM8K_TRAIN}"))
     assert "--eval-data-2" not in generated
     assert generated[generated.index("--eval-data") + 1] == "generator:test?levels=1-2"
 
@@ -208,7 +220,7 @@ def test_a_gsm8k_sourced_comparison_runs_and_the_panel_shows_the_accuracy_per_so
     """A from one GSM8K-format file, the held-out set from another, through the panel's start: every arm is scored
     on the file's prompts and on generated ones, and the per-source table shows both. The fake experiment (the real
     driver and eval CLI, no model: tests/fake_experiment.py) runs it: what is proven is where each source goes."""
-    panel.run_start(f"run:{tiny_run()}", *TINY_PLAN, "", f"gsm8k:{GSM8K_TRAIN}", f"gsm8k:{GSM8K_TEST}")
+    panel.run_start(f"run:{tiny_run()}", "", *TINY_PLAN, f"gsm8k:{GSM8K_TRAIN}", f"gsm8k:{GSM8K_TEST}")
     comparison = jobs.list_comparisons()[0]
     assert wait_for(lambda: jobs.comparison_state(comparison)["state"] not in ("waiting", "running"), 600)
     state = jobs.comparison_state(comparison)
@@ -244,7 +256,7 @@ def test_a_stopped_comparison_resumes_without_redoing_the_steps_it_finished(runs
     """Stop once sft-W is done, then Resume comparison: it runs again in its own folder, every step finished before
     is left as it was (not trained again), and the interrupted arm starts over. The fake experiment (the real driver,
     no model: tests/fake_experiment.py) runs it."""
-    panel.run_start(f"run:{tiny_run()}", *TINY_PLAN, "")
+    panel.run_start(f"run:{tiny_run()}", "", *TINY_PLAN)
     comparison = jobs.list_comparisons()[0]
     work = runs / COMPARISONS_DIR / comparison / COMPARISON_WORK
     state = lambda: jobs.comparison_state(comparison)

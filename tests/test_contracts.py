@@ -16,7 +16,7 @@ from grpo_playground.contracts.metrics import LOSS, decode_record, encode_record
 from grpo_playground.contracts.process import is_alive, log_tail, process_start_ticks, write_json_atomic
 from grpo_playground.contracts.states import ACTIVE_STATES, JobState
 from grpo_playground.jobs import RunFeed
-from grpo_playground.run_layout import METRICS_FILE
+from grpo_playground.contracts.layout import METRICS_FILE
 from grpo_playground.ui.run_views import doctor_findings
 
 

@@ -80,7 +80,7 @@ def test_preview_errors_name_the_fix(client, tmp_path):
 def test_preview_is_for_the_owner(monkeypatch):
     # a source spec names files on the server: a visitor must not read them through the preview
     from grpo_playground.config import RunConfig
-    from grpo_playground.jobs.control import OWNER_TOKEN_ENV
+    from grpo_playground.owner import OWNER_TOKEN_ENV
     from grpo_playground.jobs.data_preview import run_preview
 
     monkeypatch.setenv(OWNER_TOKEN_ENV, "s3cret")

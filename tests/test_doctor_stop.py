@@ -59,7 +59,7 @@ def test_stop_on_critical_is_an_opt_in_recipe_key():
 def test_a_real_run_stops_with_a_checkpoint_and_resumes_from_it(tmp_path, monkeypatch):
     from test_resume import adapter, distance, train
 
-    from grpo_playground.run_layout import DOCTOR_FILE, STATUS_FILE
+    from grpo_playground.contracts.layout import DOCTOR_FILE, STATUS_FILE
 
     run_dir = tmp_path / "run"
     # From the untrained tiny model nothing is ever in the strict format: match_format_exactly gives every

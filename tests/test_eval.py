@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_playground.eval.metrics import grade_completion, summarize
+from grpo_playground.rewards.grading import grade_completion, summarize
 from grpo_playground.tags import Tags
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,7 +153,7 @@ def test_eval_panel_runs_a_background_job_and_compares(tiny, adapter_run, monkey
     """The panel starts one child process for all checkpoints and returns at once; its state comes back from disk
     (so a closed browser loses nothing), and the table and chart list every saved result, rates in percent."""
     monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(adapter_run.parent))
-    from grpo_playground.eval import results as store
+    from grpo_playground.jobs import eval_results as store
     from grpo_playground.jobs.evals import eval_job_state
     from grpo_playground.ui.eval_panel import refresh, run_evals
 
@@ -189,7 +189,7 @@ def test_a_stopped_evaluation_job_ends_its_whole_chain(tiny, tmp_path, monkeypat
     monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
     from grpo_playground.cli.args import EvalArgs
     from grpo_playground.jobs.evals import eval_job_state, start_eval_job, stop_eval_job
-    from grpo_playground.run_layout import read_json
+    from grpo_playground.contracts.process import read_json
 
     def evaluating() -> list[int]:
         """Evaluations writing into this test's folder (found by their command line, whatever their group)."""
@@ -226,7 +226,7 @@ def test_a_stopped_evaluation_job_ends_its_whole_chain(tiny, tmp_path, monkeypat
 def test_saved_results_are_parsed_once_per_change_not_at_every_tick(tmp_path, monkeypatch):
     """Every open page's timer lists the results every 2 s and a file holds every completion (megabytes for GSM8K's
     test set): a file is read again only when it changes, and a deleted one leaves the list."""
-    from grpo_playground.eval import results as store
+    from grpo_playground.jobs import eval_results as store
 
     monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
     summary = {"model": "tiny", "data": "generator:test", "n": 2, "format_rate": 0.5, "accuracy": 0.5,
@@ -260,7 +260,7 @@ def test_panel_module_does_not_import_torch():
 def test_eval_results_api_through_the_app(app_url):
     from gradio_client import Client
 
-    from grpo_playground.eval import results as store
+    from grpo_playground.jobs import eval_results as store
 
     saved = {"model": "tiny", "data": "generator:test", "n": 2, "format_rate": 0.5, "accuracy": 0.5, "accuracy_se": 0.35,
              "lenient_accuracy": 1.0, "mean_completion_tokens": 12.0, "recheck_rate": 0.0, "completions": [{"text": "x"}]}

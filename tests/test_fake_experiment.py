@@ -15,9 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from grpo_playground.experiments.plan import ComparisonPlan
 from grpo_playground.jobs import comparisons as jobs
-from grpo_playground.run_layout import COMPARISON_JOB, COMPARISON_RESULT, COMPARISON_WORK, PROGRESS_FILE, RECIPE_FILE
-from grpo_playground.run_layout import read_json
+from grpo_playground.contracts.layout import (
+    COMPARISON_JOB, COMPARISON_RESULT, COMPARISON_WORK, PROGRESS_FILE, RECIPE_FILE,
+)
+from grpo_playground.contracts.process import read_json
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,7 +31,7 @@ def folders(finished_comparison, tmp_path_factory) -> dict[str, Path]:
     real = finished_comparison.folder
     fake = tmp_path_factory.mktemp("fake-comparison")
     shutil.copyfile(real / RECIPE_FILE, fake / RECIPE_FILE)
-    plan = jobs.ComparisonPlan(**read_json(real / COMPARISON_JOB)["meta"]["plan"])
+    plan = ComparisonPlan(**read_json(real / COMPARISON_JOB)["meta"]["plan"])
     argv = jobs.experiment_command(fake, plan)[3:]  # python -m MODULE ARGS
     done = subprocess.run([sys.executable, str(ROOT / "tests" / "fake_experiment.py"), *argv], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)

@@ -17,7 +17,7 @@ import pytest
 from grpo_playground import jobs
 from grpo_playground.child_process import free_port
 from grpo_playground.config import RunConfig
-from grpo_playground.eval import results as store
+from grpo_playground.jobs import eval_results as store
 from grpo_playground.models import MODELS
 from grpo_playground.models.registry import hub_offline
 from grpo_playground.ui.run_summary import summary_markdown

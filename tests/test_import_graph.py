@@ -16,21 +16,19 @@ ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 PACKAGE = "grpo_playground"
 # Layer -> packages it must never import: the UI and the UI-side job control run in the app process, which never
-# imports the training stack; nothing imports up into the UI.
+# imports the training stack nor the eval and export children's code; nothing imports up into the UI.
 FORBIDDEN = {
-    "ui": ("training",),
-    "jobs": ("training", "ui"),
+    "ui": ("training", "eval", "export"),
+    "jobs": ("training", "ui", "eval", "export"),
     "rewards": ("doctor",),  # the doctor reads rewards' scores; the design check shares contracts.Finding instead
     "*": ("ui",),
 }
 CHECKOUT_ONLY = ("pipelines", "benchmarks")  # not in the wheel: the installed package must never import them
-# The app process (ui/, jobs/) may import eval/, export/ and serving/ only through these entry points; the rest are
-# the child processes' internals (runner, engines, converters), loaded by the CLIs that jobs start.
+# The app process (ui/, jobs/) may import serving/ only through its entry point, and eval/ and export/ not at all:
+# those are the child processes' internals (runner, engines, converters), loaded by the CLIs that jobs start. What an
+# eval wrote is read by jobs.eval_results, its grading is rewards.grading; export is started through cli.args.
 APP_ENTRY_POINTS = {
     f"{PACKAGE}.serving": "the chat servers: the app process owns the server pool",
-    f"{PACKAGE}.eval.results": "what a finished eval wrote, and the eval job's arguments",
-    f"{PACKAGE}.eval.metrics": "eval's grading (pure Python), so a chat reply is graded as eval grades it",
-    # export/: none. The app starts it as a child only, through cli.args.ExportArgs.
 }
 CHILD_SIDE = ("eval", "export", "serving")
 
@@ -143,7 +141,8 @@ def test_no_layer_imports_what_it_must_not():
             banned = FORBIDDEN.get(layer(module), ()) + (FORBIDDEN["*"] if layer(module) != "ui" else ())
             if layer(target) in banned:
                 arrows.append(f"{module} -> {target}")
-    assert not arrows, ("forbidden imports (the UI and jobs/ run in the app process and never import training/; "
+    assert not arrows, ("forbidden imports (the UI and jobs/ run in the app process and never import training/, "
+                        "eval/ or export/: what an eval wrote is jobs.eval_results, its grading rewards.grading; "
                         f"nothing imports up into ui/): {sorted(arrows)}")
 
 
@@ -200,6 +199,18 @@ def test_the_contracts_layer_imports_only_itself_and_the_standard_library():
              if name.split(".")[0] not in sys.stdlib_module_names and not name.startswith(f"{PACKAGE}.contracts")]
     assert not found, ("grpo_playground.contracts is the bottom layer (pure data, standard library only): move "
                        f"what these imports need into it, or the code out of it: {found}")
+
+
+def test_the_run_layout_contract_imports_only_the_contracts():
+    """run_layout is the run folder's contract that every process reads: it sits on contracts/ alone (a run's settings,
+    which need the recipe loader, are config.run_settings), and it names what it takes (no `import *`)."""
+    module = f"{PACKAGE}.run_layout"
+    above = sorted(t for t in import_graph()[module] if layer(t) != "contracts")
+    assert not above, f"run_layout imports only contracts/ and the standard library: {above}"
+    tree = ast.parse((SRC / PACKAGE / "run_layout.py").read_text(encoding="utf-8"))
+    stars = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+             and any(alias.name == "*" for alias in node.names)]
+    assert not stars, f"run_layout re-exports with `import *` from {stars}: import each name from its home instead"
 
 
 def test_the_checker_sees_a_circle_and_a_forbidden_arrow():

@@ -1,5 +1,6 @@
 """The product installs and trains: a wheel built from this checkout, installed into a fresh venv, starts a `quick`
-SFT + GRPO job through the app's own Start path, in a folder outside the checkout.
+SFT + GRPO job through the app's own Start path, and runs a tiny "GRPO vs more SFT" comparison with
+`grpo-playground compare`, both in a folder outside the checkout.
 
     OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/test_installed_package.py
 
@@ -10,12 +11,14 @@ imports of grpo_playground is the wheel's copy and nothing of the checkout.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -51,7 +54,22 @@ def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
     return done
 
 
-def test_a_wheel_installed_in_a_fresh_venv_trains_quick_from_the_app(tmp_path):
+@dataclass(frozen=True)
+class Installed:
+    venv: Path  # the fresh venv holding the wheel
+    site: Path  # its site-packages
+    outside: Path  # a folder with no checkout: no pipelines/, no src/, no recipes/
+    env: dict  # the environment the installed product runs in (its runs folder under `outside`)
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Installed:
+    """A wheel built from this checkout, installed into a fresh venv (built once for this file's tests)."""
+    tmp_path = tmp_path_factory.mktemp("wheel")
     source = tmp_path / "source"  # a copy: building writes build/ and *.egg-info beside the sources
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
@@ -66,12 +84,16 @@ def test_a_wheel_installed_in_a_fresh_venv_trains_quick_from_the_app(tmp_path):
     site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]).stdout.strip())
     _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index", str(wheel)])
     (site / "zz_dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")  # after the wheel's own copy
-
-    outside = tmp_path / "elsewhere"  # no checkout here: no pipelines/, no src/, no recipes/
+    outside = tmp_path / "elsewhere"
     outside.mkdir()
     env = {**CLEAN_ENV, "GRPO_PLAYGROUND_RUNS_DIR": str(outside / "runs"), "OMP_NUM_THREADS": "1"}
-    usage = _run([str(venv / "bin" / "grpo-playground"), "--help"], cwd=outside, env=env).stdout
-    assert "train" in usage and "export" in usage
+    return Installed(venv, site, outside, env)
+
+
+def test_a_wheel_installed_in_a_fresh_venv_trains_quick_from_the_app(installed):
+    python, outside, env, site = installed.python, installed.outside, installed.env, installed.site
+    usage = _run([str(installed.venv / "bin" / "grpo-playground"), "--help"], cwd=outside, env=env).stdout
+    assert "train" in usage and "export" in usage and "compare" in usage
     # quick with fewer steps (CI time): the stages, the pre-flight and the app's path are the same
     done = _run([str(python), "-c", START_QUICK_FROM_THE_APP, "sft.max_steps=4", "grpo.max_steps=2",
                  "grpo.on_preflight_error=continue", "grpo.preflight_prompts=2"], cwd=outside, env=env)
@@ -82,3 +104,25 @@ def test_a_wheel_installed_in_a_fresh_venv_trains_quick_from_the_app(tmp_path):
     assert state == "finished", log[-3000:]
     assert "grpo_playground.cli.train" in log  # the app started the package's CLI, not a checkout's script
     assert all((Path(run_dir) / stage / "adapter_config.json").is_file() for stage in ("sft", "grpo"))
+
+
+def test_the_installed_wheel_runs_a_comparison_that_trains_every_arm(installed):
+    """`grpo-playground compare` from the wheel, outside any checkout, on the shipped tiny-cpu recipe with the
+    smallest sets: every arm really trains (sft-W, GRPO, more SFT, fresh SFT: adapters written) and is scored by
+    the eval CLI on the same held-out prompts; the report names each arm."""
+    compare = [str(installed.venv / "bin" / "grpo-playground"), "compare"]
+    assert "--n-worked" in _run([*compare, "--help"], cwd=installed.outside, env=installed.env).stdout
+    work, out = installed.outside / "compare", installed.outside / "result"
+    done = _run([*compare, "--n-worked", "8", "--n-answers", "8", "--n-eval", "4", "--minutes", "0.05",
+                 "--round-steps", "2", "--max-rounds", "1", "--format-target", "0", "--preflight-prompts", "1",
+                 "--set", "sft.per_device_train_batch_size=4", "--set", "grpo.per_device_train_batch_size=8",
+                 "--set", "grpo.max_completion_length=32", "--work", str(work), "--out", str(out)],
+                cwd=installed.outside, env=installed.env)
+    assert f"$ {installed.python} -m grpo_playground.cli.train" in done.stdout  # the wheel's own CLIs, as children
+    result = json.loads(out.with_suffix(".json").read_text())
+    arms = ("sft_w", "sft_w+grpo_a", "sft_w+more_sft_w", "sft_w+fresh_sft")
+    assert set(result["eval"]) == set(arms) and all(result["eval"][arm]["n"] == 4 for arm in arms)
+    assert all(result["steps"][arm] >= 1 for arm in arms)
+    for folder, stage in (("sft_w_round0", "sft"), ("grpo_a", "grpo"), ("more_sft_w", "sft"), ("fresh_sft", "sft")):
+        assert (work / folder / stage / "adapter_model.safetensors").is_file(), folder
+    assert "| sft_w+grpo_a |" in out.with_suffix(".md").read_text()

@@ -22,7 +22,8 @@ from grpo_playground.child_process import python_child_env
 from grpo_playground.jobs.kinds import KINDS, TRAIN, JobKind, Outcome, this_attempt
 from grpo_playground.jobs.record import step
 from grpo_playground.jobs.scale_outs import scale_out_state, start_scale_out
-from grpo_playground.run_layout import RECIPE_FILE, new_run_id, write_status
+from grpo_playground.contracts.layout import RECIPE_FILE
+from grpo_playground.run_layout import new_run_id, write_status
 
 STRAY = "error: a line some library printed, which says nothing of how the job ended"
 

@@ -119,7 +119,8 @@ def test_an_evaluation_step_of_several_checkpoints_reports_each_from_its_record(
     monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
     from grpo_playground.jobs.evals import eval_job_state
     from grpo_playground.jobs.record import write_record
-    from grpo_playground.run_layout import EVAL_JOB, evals_dir
+    from grpo_playground.contracts.layout import EVAL_JOB
+    from grpo_playground.run_layout import evals_dir
 
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:

@@ -20,7 +20,6 @@ import pytest
 from grpo_playground.jobs import (
     JsonlTail,
     RunFeed,
-    check_owner,
     group_members,
     list_runs,
     load_run,
@@ -33,6 +32,7 @@ from grpo_playground.child_process import job_env
 from grpo_playground.contracts.process import process_start_ticks
 from grpo_playground.jobs.crash import crash_reason
 from grpo_playground.jobs.record import read_record, start_job, step
+from grpo_playground.owner import check_owner
 from grpo_playground.run_layout import new_run_id, write_status
 
 
@@ -159,7 +159,7 @@ def test_the_queue_shown_is_the_line_the_slot_is_taken_in_comparisons_included(r
     """A comparison waiting for the training slot stands in the same line as the runs (the supervisors take the slot
     first come first): the Training tab's queue and a run's queue position count it."""
     from grpo_playground.contracts.layout import COMPARISON_JOB, COMPARISONS_DIR
-    from grpo_playground.run_layout import GPU_LOCK
+    from grpo_playground.contracts.layout import GPU_LOCK
 
     holder, later = make_run(runs, "holder"), make_run(runs, "later")
     spawn_job(holder, job(STOPS_CLEANLY) + [str(holder)])
@@ -351,7 +351,8 @@ def test_status_is_written_atomically(runs):
 
 def test_export_state_is_read_back_from_export_json(tmp_path):
     from grpo_playground.jobs.exports import export_state
-    from grpo_playground.run_layout import EXPORT_JOB, EXPORT_RESULT, export_dir
+    from grpo_playground.contracts.layout import EXPORT_JOB, EXPORT_RESULT
+    from grpo_playground.run_layout import export_dir
 
     assert export_state(tmp_path)["state"] == "none"
     result_file = export_dir(tmp_path, "grpo") / EXPORT_RESULT

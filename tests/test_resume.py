@@ -17,7 +17,7 @@ import pytest
 from test_train_cli import RECIPE, SMALL as CLI_SMALL
 
 from grpo_playground.config import apply_overrides, load_recipe
-from grpo_playground.run_layout import METRICS_FILE, STATUS_FILE
+from grpo_playground.contracts.layout import METRICS_FILE, STATUS_FILE
 from grpo_playground.training.job import run_job
 from grpo_playground.training.run_folder import RunFolder
 

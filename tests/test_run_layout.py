@@ -11,14 +11,16 @@ from pathlib import Path
 import pytest
 
 from grpo_playground import run_layout
+from grpo_playground.contracts import layout, states
 from grpo_playground.config import apply_overrides, load_recipe, save_recipe
+from grpo_playground.config.run_settings import run_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 HOME = ROOT / "src" / "grpo_playground" / "run_layout.py"
 NAMES = ROOT / "src" / "grpo_playground" / "contracts" / "layout.py"  # where the names are defined
-FILE_NAMES = {value for name, value in vars(run_layout).items()
+FILE_NAMES = {value for name, value in vars(layout).items()
               if name.endswith(("_FILE", "_LOG", "_JOB", "_RESULT")) and isinstance(value, str)}
-STAGE_LISTS = {tuple(run_layout.TRAINED_STAGES), tuple(reversed(run_layout.TRAINED_STAGES)), run_layout.JOB_STAGES}
+STAGE_LISTS = {tuple(states.TRAINED_STAGES), tuple(reversed(states.TRAINED_STAGES)), states.JOB_STAGES}
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -60,7 +62,7 @@ def typed_names(path: Path, root: Path = ROOT) -> list[str]:
 def test_no_module_types_a_run_folder_name_or_the_stage_list():
     sources = [p for folder in ("src", "pipelines") for p in (ROOT / folder).rglob("*.py") if p not in (HOME, NAMES)]
     found = [hit for path in sources for hit in typed_names(path)]
-    assert not found, ("run-folder names typed outside grpo_playground/run_layout.py; import them from there "
+    assert not found, ("run-folder names typed outside grpo_playground/contracts/layout.py; import them from there "
                        "(RECIPE_FILE, STATUS_FILE, TRAINED_STAGES, ...):\n" + "\n".join(found))
 
 
@@ -76,7 +78,7 @@ def test_the_grep_sees_a_typed_name_and_a_stage_list_but_not_a_docstring(tmp_pat
 def _run_with(tmp_path: Path, overrides: list[str]) -> Path:
     run = tmp_path / "20260101-000000-r-abcd"
     cfg = apply_overrides(load_recipe(ROOT / "recipes" / "tiny-cpu.yaml"), overrides)
-    save_recipe(cfg, run / run_layout.RECIPE_FILE)
+    save_recipe(cfg, run / layout.RECIPE_FILE)
     (run / "grpo").mkdir()
     return run
 
@@ -86,22 +88,22 @@ def test_run_settings_come_from_the_runs_own_recipe(tmp_path):
                                "solution_start: '<answer>', solution_end: '</answer>'}",
                                "data.prefill_reasoning=false", "rewards.weights={check_answer: 2.0}"])
     for where in (run, run / "grpo"):  # the run folder or one of its stage folders
-        settings = run_layout.run_settings(where)
+        settings = run_settings(where)
         assert settings.tags.reasoning_start == "<think>" and settings.tags.solution_end == "</answer>"
         assert settings.prefill_reasoning is False
         assert settings.reward_weights == {"check_answer": 2.0}
-        assert settings.base_model == "tiny" and settings.recipe == run / run_layout.RECIPE_FILE
+        assert settings.base_model == "tiny" and settings.recipe == run / layout.RECIPE_FILE
 
 
 @pytest.mark.parametrize("model", ["tiny", "no/such/folder"])
 def test_a_model_outside_a_run_has_no_run_settings(model):
-    assert run_layout.run_settings(model) is None
+    assert run_settings(model) is None
 
 
 def test_latest_stage_is_the_last_one_with_an_adapter(tmp_path):
     run = tmp_path / "r"
     assert run_layout.latest_stage(run) is None
-    for stage in run_layout.TRAINED_STAGES:
+    for stage in states.TRAINED_STAGES:
         run_layout.adapter_dir(run, stage).mkdir(parents=True)
-        (run_layout.adapter_dir(run, stage) / run_layout.ADAPTER_CONFIG).write_text("{}")
+        (run_layout.adapter_dir(run, stage) / layout.ADAPTER_CONFIG).write_text("{}")
         assert run_layout.latest_stage(run) == stage

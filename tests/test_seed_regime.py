@@ -1,4 +1,4 @@
-"""`python -m pipelines.experiments.seed_regime`: the data sets it builds, and one end-to-end run of every arm on `tiny`."""
+"""`grpo-playground compare` (grpo_playground.experiments): the data sets it builds, and one end-to-end run of every arm on `tiny`."""
 
 from __future__ import annotations
 
@@ -12,9 +12,12 @@ import pytest
 
 from grpo_playground.config import load_recipe
 from grpo_playground.data import load_examples
+from grpo_playground.experiments.plan import ComparisonPlan
 from grpo_playground.jobs import comparisons as jobs
-from grpo_playground.run_layout import COMPARISON_JOB, COMPARISON_RESULT, COMPARISON_WORK, PROGRESS_FILE, read_json
-from pipelines.experiments import seed_regime
+from grpo_playground.contracts.layout import COMPARISON_JOB, COMPARISON_RESULT, COMPARISON_WORK, PROGRESS_FILE
+from grpo_playground.contracts.process import read_json
+from grpo_playground.experiments import checkpoints, children, data_sets, report, seed_regime
+from grpo_playground.experiments.progress import ARMS, SCORED, STEPS, TUNED, mark
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -32,14 +35,14 @@ def test_sets_from_real_files_are_disjoint_and_answer_only(tmp_path):
     args = seed_regime.parse_args(["--worked", gsm8k, "--answers", f"dapo:{FIXTURES / 'dapo_sample.jsonl'}",
                                    "--eval-data", gsm8k, "--n-eval", "1", "--n-worked", "2", "--n-answers", "2"])
     cfg = load_recipe(RECIPE)
-    sets = seed_regime.build_sets(args, cfg, tmp_path)
+    sets = data_sets.build_sets(args, cfg, tmp_path)
     valid = [e["problem"] for e in load_examples(gsm8k).examples]
     worked, answers = rows(tmp_path / "worked.jsonl"), rows(tmp_path / "answers.jsonl")
     assert sets["worked"] == len(worked) == 2 and sets["answers"] == len(answers) == 2
     assert [r["problem"] for r in worked] == valid[1:3]
     assert all(r["generated_solution"] and "####" not in r["generated_solution"] for r in worked)
     assert all(set(r) == {"prompt", "solution"} for r in answers)  # the dapo schema: no worked solution
-    assert seed_regime.fresh_set(args, cfg, tmp_path, 10) == 1
+    assert data_sets.fresh_set(args, cfg, tmp_path, 10) == 1
     assert [r["problem"] for r in rows(tmp_path / "fresh.jsonl")] == valid[3:]
 
 
@@ -47,7 +50,7 @@ def test_too_small_a_file_says_what_to_change(tmp_path):
     args = seed_regime.parse_args(["--worked", f"gsm8k:{FIXTURES / 'gsm8k_sample.jsonl'}", "--n-worked", "50",
                                    "--n-eval", "4"])
     with pytest.raises(SystemExit, match="gave only 4 worked problems.*lower --n-worked"):
-        seed_regime.build_sets(args, load_recipe(RECIPE), tmp_path)
+        data_sets.build_sets(args, load_recipe(RECIPE), tmp_path)
 
 
 def test_bad_source_spec_is_refused_before_any_run(capsys):
@@ -61,12 +64,12 @@ def test_every_arm_trains_and_is_scored_on_the_same_prompts(finished_comparison)
     a pilot slice of 4 problems, so with the tuned control as a fifth scored row)."""
     work, out = finished_comparison.folder / COMPARISON_WORK, finished_comparison.folder / COMPARISON_RESULT
     result = json.loads(out.with_suffix(".json").read_text())
-    assert set(result["eval"]) == set(seed_regime.SCORED)
-    assert all(result["eval"][arm]["n"] == 8 and result["steps"][arm] >= 1 for arm in seed_regime.SCORED)
+    assert set(result["eval"]) == set(SCORED)
+    assert all(result["eval"][arm]["n"] == 8 and result["steps"][arm] >= 1 for arm in SCORED)
     assert result["sft_w"]["steps"] == 3 and len(result["sft_w"]["rounds"]) == 1
     assert sum(part["n"] for part in result["by_template"].values()) == 8
     assert {arm: d["n"] for arm, d in result["grpo_minus"].items()} == {
-        "sft_w": 8, "sft_w+more_sft_w": 8, seed_regime.TUNED: 8, "sft_w+fresh_sft": 8}
+        "sft_w": 8, "sft_w+more_sft_w": 8, TUNED: 8, "sft_w+fresh_sft": 8}
     # The control continues SFT on W itself at a tenth of the recipe's lr, for GRPO's measured time.
     control = (work / "more_sft_w" / "recipe.yaml").read_text()
     assert "worked.jsonl" in control and "learning_rate: 0.0002" in control
@@ -74,7 +77,7 @@ def test_every_arm_trains_and_is_scored_on_the_same_prompts(finished_comparison)
     assert "| sft_w+grpo_a |" in out.with_suffix(".md").read_text()
     # The app follows the run through progress.json: every step done, each arm with the folder it trained in.
     progress = json.loads((work / PROGRESS_FILE).read_text())["steps"]
-    assert list(progress) == list(seed_regime.STEPS) and {s["state"] for s in progress.values()} == {"done"}
+    assert list(progress) == list(STEPS) and {s["state"] for s in progress.values()} == {"done"}
     assert progress["sft_w+grpo_a"]["run_dir"] == str(work / "grpo_a")
     # sft-W's rounds with their sampled format rates (the app shows them: the step count restarts every round)
     assert progress["sft_w"]["rounds"] == result["sft_w"]["rounds"] and progress["sft_w"]["round"] == 1
@@ -86,7 +89,7 @@ def test_only_sft_w_stops_after_it_and_a_run_without_it_goes_on_from_there(finis
     returns them, the run without it goes on from that sft-W and the arms it finds instead of training them again."""
     folder = finished_comparison.copy_into(tmp_path / "runs")
     work, out = folder / COMPARISON_WORK, folder / COMPARISON_RESULT
-    plan = jobs.ComparisonPlan(**read_json(folder / COMPARISON_JOB)["meta"]["plan"])
+    plan = ComparisonPlan(**read_json(folder / COMPARISON_JOB)["meta"]["plan"])
     argv = jobs.experiment_command(folder, plan)[3:]  # the job's own arguments (python -m MODULE ARGS)
     assert argv[argv.index("--work") + 1] == str(work)
     expected = json.loads(out.with_suffix(".json").read_text())
@@ -101,7 +104,7 @@ def test_only_sft_w_stops_after_it_and_a_run_without_it_goes_on_from_there(finis
     assert seed_regime.main([*argv, "--only-sft-w"]) == 0
     progress = json.loads((work / PROGRESS_FILE).read_text())["steps"]
     assert progress["sft_w"]["state"] == "done"
-    assert progress["sft_w"]["sha256"] == seed_regime.adapter_sha256(work / "sft_w_round0" / "sft")
+    assert progress["sft_w"]["sha256"] == checkpoints.adapter_sha256(work / "sft_w_round0" / "sft")
     assert not (work / "grpo_a").exists() and not out.with_suffix(".json").exists()
     for path in aside.iterdir():
         if path.name != PROGRESS_FILE:
@@ -125,7 +128,7 @@ def test_without_a_pilot_slice_four_arms_are_scored_and_no_tuned_control(tmp_pat
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(out.with_suffix(".json").read_text())
-    assert set(result["eval"]) == set(seed_regime.ARMS) and result["control_tuned"] is None
+    assert set(result["eval"]) == set(ARMS) and result["control_tuned"] is None
     assert {arm: d["n"] for arm, d in result["grpo_minus"].items()} == {
         "sft_w": 8, "sft_w+more_sft_w": 8, "sft_w+fresh_sft": 8}
     assert "eval_source: generator:test" in (tmp_path / "work" / "sft_w_round0" / "recipe.yaml").read_text()
@@ -143,7 +146,7 @@ def test_template_split_separates_prompts_whose_template_w_taught():
         return {"completions": [{"problem": p, "correct": c} for p, c in zip(problems, correct)]}
     full = {"sft_w": completions(0, 0, 0, 0), "sft_w+grpo_a": completions(1, 0, 1, 1),
             "sft_w+more_sft_w": completions(1, 1, 0, 0), "sft_w+fresh_sft": completions(1, 1, 1, 1)}
-    split = seed_regime.template_split(worked, full)
+    split = report.template_split(worked, full)
     assert split["template_in_w"]["n"] == 2 and split["template_not_in_w"]["n"] == 2
     assert split["template_in_w"]["accuracy"]["sft_w+more_sft_w"] == 1.0
     assert split["template_not_in_w"]["accuracy"]["sft_w+grpo_a"] == 1.0
@@ -166,7 +169,7 @@ def test_pilot_slice_and_second_held_out_set_are_kept_out_of_w_and_a(tmp_path):
     args = seed_regime.parse_args(["--worked", "generator:train?levels=1", "--answers", train, "--n-answers", "20",
                                    "--n-pilot", "6", "--eval-data", test, "--n-eval", "5", "--n-worked", "4",
                                    "--eval-data-2", "generator:train?levels=1", "--n-eval-2", "3"])
-    sets = seed_regime.build_sets(args, load_recipe(RECIPE), tmp_path / "data")
+    sets = data_sets.build_sets(args, load_recipe(RECIPE), tmp_path / "data")
     assert (sets["answers"], sets["pilot"], sets["held_out"]) == (20, 6, 8)
     pilot = [r["prompt"] for r in rows(tmp_path / "data" / "pilot.jsonl")]
     answers = [r["prompt"] for r in rows(tmp_path / "data" / "answers.jsonl")]
@@ -188,11 +191,11 @@ def test_a_carried_sft_w_with_another_hash_is_refused(tmp_path, capsys):
     adapter = tmp_path / "sft_w_round0" / "sft"
     adapter.mkdir(parents=True)
     (adapter / "adapter_config.json").write_text("{}")
-    seed_regime.mark(tmp_path, "sft_w", "done", tmp_path / "sft_w_round0", base_sha256="a" * 64)
-    found = seed_regime.adapter_sha256(adapter)
-    seed_regime.carried_sft_w(tmp_path, found, "a" * 64)  # the same adapter on the same base: accepted
+    mark(tmp_path, "sft_w", "done", tmp_path / "sft_w_round0", base_sha256="a" * 64)
+    found = checkpoints.adapter_sha256(adapter)
+    checkpoints.carried_sft_w(tmp_path, found, "a" * 64)  # the same adapter on the same base: accepted
     with pytest.raises(SystemExit, match="not the a+ sft-W was trained on"):
-        seed_regime.carried_sft_w(tmp_path, found, "b" * 64)
+        checkpoints.carried_sft_w(tmp_path, found, "b" * 64)
 
 
 @pytest.mark.slow
@@ -232,11 +235,11 @@ def test_gsm8k_regime_split_over_two_leases_starts_every_arm_from_one_checkpoint
     assert (work / "grpo_a.log").read_text() == grpo_log  # GRPO ran once, in lease 1
     result = json.loads(out.with_suffix(".json").read_text())
     assert result["sft_w_sha256"] == sft_hash and set(result["start_sha256"].values()) == {sft_hash}
-    assert set(result["start_sha256"]) == set(seed_regime.ARMS[1:])
+    assert set(result["start_sha256"]) == set(ARMS[1:])
     (second,) = result["second_eval"]
     assert second["source"] == "generator:test?levels=1" and result["sources"]["eval"] == test
     for column in (result, second):
-        assert {arm: e["n"] for arm, e in column["eval"].items()} == dict.fromkeys(seed_regime.SCORED, 6)
+        assert {arm: e["n"] for arm, e in column["eval"].items()} == dict.fromkeys(SCORED, 6)
         assert all(d["n"] == 6 and d["se"] >= 0 for d in column["grpo_minus"].values())
     md = out.with_suffix(".md").read_text()
     assert "accuracy % on `generator:test?levels=1`" in md and md.count("paired on the same prompts") == 2
@@ -248,7 +251,7 @@ def test_gsm8k_regime_split_over_two_leases_starts_every_arm_from_one_checkpoint
     best = max(c["accuracy"] for c in tuned["candidates"])
     assert tuned["chosen"] == [c["name"] for c in tuned["candidates"] if c["accuracy"] == best][-1]
     for column in (result, second):
-        assert column["eval"][seed_regime.TUNED]["n"] == 6 and seed_regime.TUNED in column["grpo_minus"]
+        assert column["eval"][TUNED]["n"] == 6 and TUNED in column["grpo_minus"]
     # the scored adapter is the chosen checkpoint's own weights: trained past sft-W, distinct from the other candidates
     chosen = Path(tuned["adapter"])
     assert chosen == (work / "more_sft_w" / "sft" if tuned["chosen"] == "final"
@@ -259,7 +262,7 @@ def test_gsm8k_regime_split_over_two_leases_starts_every_arm_from_one_checkpoint
                for name, path in weights.items()}
     sft_w_weights = hashlib.sha256((adapter / "adapter_model.safetensors").read_bytes()).hexdigest()
     assert len(set(digests.values())) == len(digests) and sft_w_weights not in digests.values()
-    assert f"Tuned control ({seed_regime.TUNED})" in md and f"chosen: `{tuned['chosen']}`" in md
+    assert f"Tuned control ({TUNED})" in md and f"chosen: `{tuned['chosen']}`" in md
 
 
 def test_vllm_scoring_asks_the_eval_cli_for_a_batch_it_takes(tmp_path, monkeypatch):
@@ -273,8 +276,8 @@ def test_vllm_scoring_asks_the_eval_cli_for_a_batch_it_takes(tmp_path, monkeypat
         commands.append(command)
         (tmp_path / "a.json").write_text("{}")
 
-    monkeypatch.setattr(seed_regime, "run", fake_run)
-    seed_regime.evaluate_together({"a": "tiny"}, {"a": tmp_path / "a.json"}, 1319, 256, "generator:test", 0, "vllm")
+    monkeypatch.setattr(children, "run", fake_run)
+    children.evaluate_together({"a": "tiny"}, {"a": tmp_path / "a.json"}, 1319, 256, "generator:test", 0, "vllm")
     args = EvalArgs.parse_args(commands[0][commands[0].index(EvalArgs.MODULE) + 1:])
     assert args.batch_size == MAX_BATCH and args.n == 1319
     _check_bounds(args.n, args.batch_size, args.max_new_tokens)  # what the CLI checks before its engine starts
@@ -287,5 +290,5 @@ def test_the_report_lists_a_failed_pilot_beside_the_ones_that_trained():
         {"name": "recipe", "overrides": [], "steps": 40, "seconds": 90, "reward": curve, "accuracy": 0.5,
          "accuracy_se": 0.03, "minus_chosen": None},
         {"name": "lr4e-5", "overrides": ["grpo.learning_rate=4e-5"], "failed": "pipelines.train failed (exit 1): NaN"}]}
-    md = seed_regime.report(result)
+    md = report.report(result)
     assert "| recipe | the recipe | 40 |" in md and "| lr4e-5 | grpo.learning_rate=4e-5 | failed: pipelines.train" in md

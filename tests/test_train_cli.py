@@ -253,7 +253,8 @@ def test_sft_and_grpo_train_with_registered_tags(tmp_path, trainer, recipe, extr
 def test_the_job_reads_the_recipe_the_app_saved_and_does_not_write_it_again(tmp_path, trainer):
     """The app saves a run's recipe once (jobs.control.create_run) and runs `--config RUN/recipe.yaml`: the job
     reads it and leaves the file as it is (a rewrite would drop this comment)."""
-    from grpo_playground.run_layout import RECIPE_FILE, read_status
+    from grpo_playground.contracts.layout import RECIPE_FILE
+    from grpo_playground.run_layout import read_status
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()

@@ -1,5 +1,5 @@
 """How often `tiny` copies its result into <SOLUTION> after sft-W (issue 20, item 4): SFT on the seed regime's 200
-worked problems, then the copy rate on held-out prompts (seed_regime.copy_rate). The generator's worked solutions
+worked problems, then the copy rate on held-out prompts (grpo_playground.experiments.report.copy_rate). The generator's worked solutions
 now end their reasoning with tiny's pretraining sentence `The answer is N.`, which is what makes the copy happen
 (results/tiny_copy_rate.md: 3% copied without it, 90% with it).
 
@@ -13,8 +13,12 @@ from pathlib import Path
 from grpo_playground.cli.args import EvalArgs, TrainArgs
 from grpo_playground.config import load_recipe
 
-from pipelines.experiments import seed_regime
-from pipelines.experiments.tiny_cpu_learning import ROOT, run
+from grpo_playground.experiments.children import run
+from grpo_playground.experiments.data_sets import build_sets
+from grpo_playground.experiments.report import copy_rate
+from grpo_playground.experiments.seed_regime import parse_args
+
+from pipelines.experiments.tiny_cpu_learning import ROOT
 
 RECIPE = ROOT / "recipes" / "tiny-cpu.yaml"
 HELD_OUT = "generator:test?levels=1-2"
@@ -23,9 +27,9 @@ HELD_OUT = "generator:test?levels=1-2"
 def main(argv: list[str]) -> int:
     steps = int(argv[0]) if argv else 120
     root = Path(argv[1]) if len(argv) > 1 else Path("/tmp/copy_probe")
-    args = seed_regime.parse_args(["--worked", "generator:train?levels=1-2", "--answers", "generator:train?levels=1-2",
-                                   "--eval-data", HELD_OUT, "--n-answers", "10", "--n-eval", "200"])
-    seed_regime.build_sets(args, load_recipe(RECIPE), root / "data")  # the same W as the seed regime's
+    args = parse_args(["--worked", "generator:train?levels=1-2", "--answers", "generator:train?levels=1-2",
+                       "--eval-data", HELD_OUT, "--n-answers", "10", "--n-eval", "200"])
+    build_sets(args, load_recipe(RECIPE), root / "data")  # the same W as the seed regime's
     worked = root / "data" / "worked.jsonl"
     # build_sets reads an existing W back: one written before the generator's cue would measure the old format
     if not all(r["generated_solution"].endswith(f"The answer is {r['expected_answer']}.")
@@ -41,7 +45,7 @@ def main(argv: list[str]) -> int:
         run(EvalArgs((str(run_dir / "sft"),), HELD_OUT, 200, 64, 200, out=(out,)).command(), out.with_suffix(".log"))
     e = json.loads(out.read_text())
     result = {"steps": steps, "format_rate": e["format_rate"], "accuracy": e["accuracy"],
-              "accuracy_se": e["accuracy_se"], "copy": seed_regime.copy_rate(e["completions"])}
+              "accuracy_se": e["accuracy_se"], "copy": copy_rate(e["completions"])}
     print(json.dumps(result), flush=True)
     (root / f"copy_probe_{steps}.json").write_text(json.dumps(result, indent=1))
     return 0

@@ -20,74 +20,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-from grpo_playground.cli.args import EvalArgs, TrainArgs
-from grpo_playground.run_layout import PREFLIGHT_FILE, read_json, read_status
+from grpo_playground.experiments import children
+from grpo_playground.experiments.checkpoints import weights_sha256
+from grpo_playground.experiments.children import evaluate
+from grpo_playground.experiments.report import level_table, paired_difference, pct
+from grpo_playground.contracts.layout import PREFLIGHT_FILE
+from grpo_playground.contracts.process import read_json
 
 ROOT = Path(__file__).resolve().parents[2]
 OVERRIDES: list[str] = []  # --set values, applied to every run before the step's own
 
 
-def run(command: list[str], log: Path) -> None:
-    print(f"$ {' '.join(command)}", flush=True)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{ROOT / 'src'}:{ROOT}")
-    with open(log, "a") as f:
-        done = subprocess.run(command, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT)
-    if done.returncode != 0:
-        raise SystemExit(f"failed ({done.returncode}): {' '.join(command)}; see {log}")
-
-
 def train(recipe: Path, run_dir: Path, stage: str, overrides: list[str]) -> dict:
-    """Run one step of the experiment (skipped when its folder already finished: a rerun picks up where it stopped).
-    A folder left unfinished (stopped, cut) is cleared first: the step starts over, as its measured time must not
-    count the attempt before (a stage's seconds add up in its status)."""
-    if read_status(run_dir).get("state") == "finished":
-        return read_status(run_dir)
-    if run_dir.is_dir():
-        shutil.rmtree(run_dir)
-    command = TrainArgs(recipe, run_dir=run_dir, stage=stage, overrides=(*OVERRIDES, *overrides)).command()
-    run(command, run_dir.parent / f"{run_dir.name}.log")
-    return read_status(run_dir)
-
-
-def eval_batch(n: int, backend: str) -> int:
-    """The eval CLI's --batch-size: vLLM schedules its own batches, so it gets as many prompts as the CLI takes at
-    once (1,319 GSM8K test prompts are more than that)."""
-    from grpo_playground.eval.runner import MAX_BATCH
-
-    return min(n, MAX_BATCH) if backend == "vllm" else 64
-
-
-def evaluate(model: str, out: Path, n: int, max_new_tokens: int, data: str, seed: int,
-             backend: str = "transformers") -> dict:
-    if not out.exists():
-        command = EvalArgs((model,), data, n, eval_batch(n, backend), max_new_tokens, seed=seed, backend=backend,
-                           out=(out,)).command()
-        run(command, out.with_suffix(".log"))
-    return json.loads(out.read_text())
-
-
-def _weights_sha256(name_or_path: str) -> str:
-    """Which base weights ran (a path override and the registry's `tiny` can be compared by this)."""
-    import hashlib
-
-    from grpo_playground.models import hf_dir
-
-    return hashlib.sha256((hf_dir(name_or_path) / "model.safetensors").read_bytes()).hexdigest()
-
-
-def paired_difference(a: dict, b: dict) -> dict:
-    """Accuracy of a minus b on the same prompts, with the standard error of the paired difference."""
-    diffs = [int(x["correct"]) - int(y["correct"]) for x, y in zip(a["completions"], b["completions"])]
-    n = len(diffs)
-    mean = sum(diffs) / n
-    var = sum((d - mean) ** 2 for d in diffs) / (n - 1)
-    return {"difference": round(mean, 4), "se": round((var / n) ** 0.5, 4), "n": n}
+    """The package's experiment step, with --set's values before the step's own."""
+    return children.train(recipe, run_dir, stage, [*OVERRIDES, *overrides])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,18 +107,13 @@ def main(argv: list[str] | None = None) -> int:
         "eval": evals,
         "grpo_minus_sft": paired_difference(full["sft+grpo"], full["sft"]),
         "grpo_minus_more_sft": paired_difference(full["sft+grpo"], full["sft+more_sft"]),
-        "model_sha256": _weights_sha256(cfg.model.name_or_path),
+        "model_sha256": weights_sha256(cfg.model.name_or_path),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(result, indent=1))
     args.out.with_suffix(".md").write_text(report(result))
     print(report(result))
     return 0
-
-
-def _pct(summary: dict, key: str) -> str:
-    value, se = summary.get(key), summary.get(f"{key}_se")
-    return "n/a" if value is None else f"{100 * value:.1f} ± {100 * (se or 0):.1f}"
 
 
 def report(r: dict) -> str:
@@ -191,25 +135,12 @@ def report(r: dict) -> str:
             ("sft+grpo", f"+{r['seconds']['grpo']:.0f} s", r["steps"]["grpo"]),
             ("sft+more_sft", f"+{r['seconds']['sft_more']:.0f} s", r["steps"]["sft_more"])]
     for name, seconds, steps in rows:
-        lines.append(f"| {name} | {seconds} | {steps} | {_pct(e[name], 'format_rate')} | {_pct(e[name], 'accuracy')} |")
+        lines.append(f"| {name} | {seconds} | {steps} | {pct(e[name], 'format_rate')} | {pct(e[name], 'accuracy')} |")
     for key, label in (("grpo_minus_sft", "SFT checkpoint"), ("grpo_minus_more_sft", "equal-time SFT control")):
         d = r[key]
         lines.append(f"\nSFT+GRPO minus {label}, paired on the same prompts: {100 * d['difference']:+.1f} ± "
                      f"{100 * d['se']:.1f} accuracy points.")
     return "\n".join(lines + level_table(e)) + "\n"
-
-
-def level_table(evals: dict) -> list[str]:
-    """Markdown lines of accuracy by level, one column per evaluated checkpoint (none when no level is known)."""
-    levels = sorted({lv for name in evals for lv in (evals[name].get("per_level") or {})}, key=int)
-    if not levels:
-        return []
-    lines = ["", "Accuracy by level (%):", "", "| level | " + " | ".join(evals) + " |", "|---" * (len(evals) + 1) + "|"]
-    for lv in levels:
-        cells = [f"{100 * evals[name]['per_level'][lv]['accuracy']:.1f}" if lv in (evals[name].get("per_level") or {})
-                 else "-" for name in evals]
-        lines.append(f"| {lv} | " + " | ".join(cells) + " |")
-    return lines
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from grpo_playground.gpu_share import GIB, gib
-from grpo_playground.run_layout import TRAINED_STAGES
+from grpo_playground.contracts.states import TRAINED_STAGES
 from grpo_playground.vllm_memory import engine_bytes, kv_cache_bytes, shape_from_config, weight_bytes
 
 # Calibrated on issue 35's lease (results/gpu/h100_budget35): with 3 GiB every plan bounds nvidia-smi's peak

@@ -1,9 +1,10 @@
-"""The run folder, in one place: its file and stage names, its paths, its status, and the settings in its recipe.
+"""The run folder's paths and status: where runs live, a run's stage and export folders, status.json read and
+written atomically.
 
 A run folder (runs/<run_id>/, docs/ARCHITECTURE.md "Run folder") is the contract between the app (UI, jobs), the
-training job, eval, export and chat: the job writes it, the others read it. The names are defined in
-grpo_playground.contracts.layout (and the stages in contracts.states) and re-exported here beside the paths, so a
-file is renamed in one line (tests/test_run_layout.py greps that no other module types one).
+training job, eval, export and chat: the job writes it, the others read it. Its file and folder names are
+grpo_playground.contracts.layout's and its stages contracts.states' (import them from there), so a file is renamed
+in one line (tests/test_run_layout.py greps that no other module types one).
 Torch-free and light: the UI imports it.
 """
 
@@ -13,20 +14,18 @@ import os
 import re
 import secrets
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-# The names are the contracts layer's; imported here so that a path's users find them beside the paths.
-from grpo_playground.contracts.layout import *  # noqa: F403 (the layout module holds only its names)
+from grpo_playground.contracts.layout import (ADAPTER_CONFIG, CHECKPOINTS_DIR, COMPARISONS_DIR, EVALS_DIR, EXPORT_DIR,
+                                             RECIPE_FILE, STATUS_FILE)
 from grpo_playground.contracts.process import read_json, write_json_atomic
-from grpo_playground.contracts.states import ACTIVE_STATES, FINAL_STATES, JOB_STAGES, TRAINED_STAGES  # noqa: F401
-from grpo_playground.tags import Tags
+from grpo_playground.contracts.states import TRAINED_STAGES
 
 RUNS_DIR_ENV = "GRPO_PLAYGROUND_RUNS_DIR"
 EXPORTS_DIR_ENV = "GRPO_PLAYGROUND_EXPORTS_DIR"
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-APP_FOLDERS = (EVALS_DIR, COMPARISONS_DIR)  # noqa: F405 (the app's own folders in the runs dir: never a run)
+APP_FOLDERS = (EVALS_DIR, COMPARISONS_DIR)  # the app's own folders in the runs dir: never a run
 
 
 # --- where runs live --------------------------------------------------------------------------------------------
@@ -119,18 +118,6 @@ def write_status(run_dir: Path, **updates) -> dict:
     return status
 
 
-# --- a run's settings, from its recipe --------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RunSettings:
-    """What a checkpoint's consumers (eval, export, chat) must prompt and score it with: the run's own choices."""
-
-    tags: Tags
-    prefill_reasoning: bool
-    reward_weights: dict[str, float]
-    base_model: str
-    recipe: Path
-
-
 def recipe_of(model: str | Path) -> Path | None:
     """The recipe of the run a folder belongs to: the run folder itself or one of its stage folders; None for
     anything else (a registry name, a plain model folder, a file)."""
@@ -148,17 +135,3 @@ def run_of(checkpoint: str | Path) -> Path | None:
         path = path.parent.parent.parent
     recipe = recipe_of(path)
     return recipe.parent if recipe else None
-
-
-def run_settings(model: str | Path) -> RunSettings | None:
-    """The tags, prefill, reward weights and base model a run (or one of its stage folders) was trained with;
-    None when `model` is not inside a run. A recipe that does not load raises ConfigError, naming the fix."""
-    recipe = recipe_of(model)
-    if recipe is None:
-        return None
-    from grpo_playground.config import load_recipe  # config pulls in the reward registry: only when asked
-
-    config = load_recipe(recipe)
-    return RunSettings(config.rewards.tags, config.data.prefill_reasoning, dict(config.rewards.weights),
-                       config.model.name_or_path, recipe)
-

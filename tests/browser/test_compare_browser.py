@@ -12,7 +12,8 @@ import json
 import shutil
 
 from grpo_playground.jobs.comparisons import list_comparisons
-from grpo_playground.run_layout import COMPARISON_JOB, COMPARISON_RESULT, comparisons_dir
+from grpo_playground.contracts.layout import COMPARISON_JOB, COMPARISON_RESULT
+from grpo_playground.run_layout import comparisons_dir
 
 COMPARISON_TIMEOUT_MS = 300_000  # the fake experiment's four short arms and their evaluations, on 2 shared cores
 
@@ -30,7 +31,7 @@ def test_before_a_result_the_panel_says_so_instead_of_an_empty_chart(page, expec
     folder.mkdir(parents=True)
     try:
         (folder / COMPARISON_JOB).write_text(json.dumps({"kind": "compare", "state": "stopped", "steps": [], "meta": {
-            "recipe_name": "recipes/tiny-cpu.yaml", "command": "python -m pipelines.experiments.seed_regime ...",
+            "recipe_name": "recipes/tiny-cpu.yaml", "command": "grpo-playground compare ...",
             "plan": {"minutes": 1, "n_worked": 8, "n_answers": 8, "n_eval": 2}}}))
         page.reload()
         page.get_by_role("tab", name="Evaluate").click()
@@ -65,7 +66,7 @@ def test_a_comparison_started_from_the_evaluate_tab_shows_every_arm(page, expect
     status = page.locator("#compare-status")
     expect(status).to_contain_text("Running", timeout=60_000)  # a background job: the click returned at once
     expect(status).to_contain_text("T = 0.05 min, W = 8, A = 8, 2 held-out prompts")
-    expect(status).to_contain_text("python -m pipelines.experiments.seed_regime")
+    expect(status).to_contain_text("grpo-playground compare")
     expect(status).to_contain_text("Finished", timeout=COMPARISON_TIMEOUT_MS)
 
     comparison = list_comparisons()[0]

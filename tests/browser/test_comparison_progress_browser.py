@@ -27,8 +27,8 @@ ORDER = ["data", "sft_w", "sft_w+grpo_a", "sft_w+more_sft_w", "sft_w+fresh_sft",
 
 def test_a_running_comparison_shows_its_rounds_format_rates_and_time_left(page):
     from grpo_playground.contracts.process import process_start_ticks
-    from grpo_playground.run_layout import (COMPARISON_JOB, COMPARISON_LOG, COMPARISON_WORK, PROGRESS_FILE,
-                                            comparisons_dir)
+    from grpo_playground.contracts.layout import COMPARISON_JOB, COMPARISON_LOG, COMPARISON_WORK, PROGRESS_FILE
+    from grpo_playground.run_layout import comparisons_dir
 
     job = subprocess.Popen(["sleep", "120"])
     try:
@@ -38,7 +38,7 @@ def test_a_running_comparison_shows_its_rounds_format_rates_and_time_left(page):
         (folder / COMPARISON_JOB).write_text(json.dumps({  # a job record (grpo_playground.jobs.record) that runs
             "kind": "comparison", "state": "running", "pid": job.pid, "start_ticks": process_start_ticks(job.pid),
             "started": time.time() - 250, "steps": [], "meta": {
-                "recipe_name": "recipes/tiny-cpu.yaml", "command": "python -m pipelines.experiments.seed_regime ...",
+                "recipe_name": "recipes/tiny-cpu.yaml", "command": "grpo-playground compare ...",
                 "plan": {"minutes": 5, "n_worked": 400, "n_answers": 400, "n_eval": 100}}}))
         (folder / COMPARISON_LOG).write_text("[compare] got the training slot\n")
         rounds = [{"steps": 40, "seconds": 30.0, "format_rate": r} for r in (0.797, 0.594, 0.625)]

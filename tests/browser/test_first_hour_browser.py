@@ -22,7 +22,7 @@ expect = pytest.importorskip("playwright.sync_api").expect
 
 
 def save_eval(name: str, accuracy: float) -> None:
-    from grpo_playground.eval import results as store
+    from grpo_playground.jobs import eval_results as store
 
     result = {"model": "tiny", "data": "generator:test", "n": 4, "format_rate": 1.0, "accuracy": accuracy,
               "accuracy_se": 0.1, "lenient_accuracy": accuracy, "mean_completion_tokens": 40.0, "recheck_rate": 0.0,

@@ -29,7 +29,7 @@ expect.set_options(timeout=TIMEOUT_MS)
 def write_recipe(run, recipe: str = "quick") -> None:
     from grpo_playground.config import dump_recipe, load_recipe
     from grpo_playground.contracts.shipped import RECIPES_DIR
-    from grpo_playground.run_layout import RECIPE_FILE
+    from grpo_playground.contracts.layout import RECIPE_FILE
 
     (run / RECIPE_FILE).write_text(dump_recipe(load_recipe(RECIPES_DIR / f"{recipe}.yaml")))
 

@@ -127,7 +127,7 @@ def test_a_finished_run_says_what_it_did_and_what_to_do_next(page):
     expect(page.locator("#training-stop")).to_be_disabled()
     expect(page.locator("#training-resume")).to_be_disabled()
     # an evaluation saved later shows up in the card
-    from grpo_playground.eval import results as store
+    from grpo_playground.jobs import eval_results as store
 
     (store.evals_dir() / "20991231-235959-finished-grpo.json").write_text(json.dumps({
         "model": str(run / "grpo"), "data": "generator:test", "n": 50, "format_rate": 0.96, "accuracy": 0.4,

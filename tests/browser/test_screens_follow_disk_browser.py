@@ -38,7 +38,7 @@ def write_adapter(stage: str) -> Path:
 
 
 def save_result(model: Path, accuracy: float, stamp: str) -> None:
-    from grpo_playground.eval import results as store
+    from grpo_playground.jobs import eval_results as store
 
     result = {"model": str(model), "data": "generator:test", "n": 100, "format_rate": 0.9, "accuracy": accuracy,
               "accuracy_se": 0.05, "lenient_accuracy": accuracy, "mean_completion_tokens": 40.0,
@@ -96,8 +96,8 @@ def test_offline_the_evaluate_tab_offers_only_models_that_load(page):
 
 def test_the_evaluation_log_says_each_result_in_words_not_json(page):
     """pipelines.eval prints its summary as one JSON line (for scripts): the tab's log tail says it in words."""
-    from grpo_playground.eval import results as store
-    from grpo_playground.run_layout import EVAL_JOB, EVAL_LOG
+    from grpo_playground.jobs import eval_results as store
+    from grpo_playground.contracts.layout import EVAL_JOB, EVAL_LOG
 
     summary = {"model": "tiny", "data": "generator:test", "n": 100, "format_rate": 0.9, "accuracy": 0.4,
                "accuracy_se": 0.05, "lenient_accuracy": 0.41, "seconds": 12.0, "settings": {"x": 1}}

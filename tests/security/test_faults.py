@@ -205,7 +205,7 @@ def test_jobs_get_the_hub_token_but_never_the_owner_token(runs, monkeypatch):
     # their /proc/<pid>/environ is readable by any same-user process (a custom reward's parent, a chat server).
     from grpo_playground.cli.args import ExportArgs
     from grpo_playground.jobs import comparisons, evals, exports
-    from grpo_playground.eval import results
+    from grpo_playground.jobs import eval_results as results
 
     owner, hub = "owner-do-not-leak", "hf_a-job-may-need-this"
     monkeypatch.setenv("GRPO_PLAYGROUND_OWNER_TOKEN", owner)

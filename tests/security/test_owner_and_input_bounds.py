@@ -16,7 +16,7 @@ import pytest
 
 from grpo_playground.config import ConfigError, RunConfig
 from grpo_playground.config.recipe_io import config_from_dict, safe_yaml
-from grpo_playground.jobs.control import OWNER_TOKEN_ENV
+from grpo_playground.owner import OWNER_TOKEN_ENV
 from grpo_playground.rewards import custom
 
 OWNER = "the-owners-secret"
@@ -159,7 +159,8 @@ def test_uploads_are_capped_by_the_server(monkeypatch):
 def test_evaluations_start_and_stop_only_with_the_owner_token(owner, tmp_path, monkeypatch):
     """An evaluation takes the CPU / GPU for minutes: a visitor's start and stop are refused before the job is
     touched, and the owner's bounds hold on the API too (its sliders are not checked there)."""
-    from grpo_playground.run_layout import EVAL_JOB, evals_dir
+    from grpo_playground.contracts.layout import EVAL_JOB
+    from grpo_playground.run_layout import evals_dir
     from grpo_playground.ui.eval_panel import api_start, stop_eval
 
     monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
@@ -180,7 +181,8 @@ def test_evaluations_start_and_stop_only_with_the_owner_token(owner, tmp_path, m
 def test_a_comparison_stops_and_resumes_only_with_the_owner_token(owner, tmp_path, monkeypatch):
     import json
 
-    from grpo_playground.run_layout import COMPARISON_JOB, comparisons_dir
+    from grpo_playground.contracts.layout import COMPARISON_JOB
+    from grpo_playground.run_layout import comparisons_dir
     from grpo_playground.ui.compare_panel import api_resume, run_stop
 
     monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
@@ -220,7 +222,7 @@ def test_a_short_owner_token_is_called_out_at_launch(monkeypatch, capsys):
     launch with how to make a long one (a long one or none says nothing)."""
     import gradio as gr
 
-    from grpo_playground.jobs.control import MIN_OWNER_TOKEN_CHARS, weak_owner_token
+    from grpo_playground.owner import MIN_OWNER_TOKEN_CHARS, weak_owner_token
     from grpo_playground.ui import app
 
     monkeypatch.setattr(app, "serve", lambda demo, **kwargs: None)  # the check, not a server

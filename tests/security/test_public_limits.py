@@ -22,7 +22,7 @@ import gradio as gr
 import httpx
 import pytest
 
-from grpo_playground.jobs.control import OWNER_TOKEN_ENV
+from grpo_playground.owner import OWNER_TOKEN_ENV
 from grpo_playground.rewards.custom import Limits, _interpret
 from grpo_playground.ui import public_limits, request_limits
 from grpo_playground.ui.public_limits import MIN_WAITING, SESSION_CAPACITY

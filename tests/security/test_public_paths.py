@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_playground.run_layout import (ADAPTER_CONFIG, EXPORT_JOB, JOB_FILE, LOG_FILE, METRICS_FILE, runs_dir,
-                                        write_json_atomic, write_status)
+from grpo_playground.contracts.layout import ADAPTER_CONFIG, EXPORT_JOB, JOB_FILE, LOG_FILE, METRICS_FILE
+from grpo_playground.contracts.process import write_json_atomic
+from grpo_playground.run_layout import runs_dir, write_status
 
 RUN = "20260101-000000-leak-beef"
 
@@ -74,7 +75,7 @@ def test_the_status_names_the_runs_files_relative_to_it(client, run):
 
 def test_a_listed_checkpoint_goes_back_in_as_it_came_out(client, run):
     # The evaluation checkpoints are run-relative now: /eval_start must take them as /eval_checkpoints gives them.
-    from grpo_playground.eval.results import check_checkpoint
+    from grpo_playground.jobs.eval_results import check_checkpoint
 
     values = dict(client.predict(api_name="/eval_checkpoints"))
     assert values[f"{RUN}/sft"] == f"{RUN}/sft"

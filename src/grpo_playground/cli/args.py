@@ -200,11 +200,12 @@ class ScaleOutArgs(CliArgs):
 
 @dataclass(frozen=True)
 class CompareArgs(CliArgs):
-    MODULE: ClassVar[str] = "pipelines.experiments.seed_regime"
+    MODULE: ClassVar[str] = "grpo_playground.experiments.seed_regime"
+    COMMAND: ClassVar[str] = "compare"
     DESCRIPTION: ClassVar[str] = ("GRPO in the seed's own data regime (worked solutions scarce, final answers "
                                   "plentiful): GRPO on answer-only problems vs more SFT on the few worked ones.")
 
-    recipe: Path | None = option(None, help="the recipe every arm trains with (default: recipes/tiny-cpu.yaml)")
+    recipe: Path | None = option(None, help="the recipe every arm trains with (default: the shipped tiny-cpu)")
     worked: str = option("generator:train",
                          help="source of W (worked solutions): generator:..., openmath:PATH, gsm8k:PATH")
     answers: str = option("generator:train", help="source of A (answers only): generator:..., dapo:PATH, gsm8k:PATH")

@@ -1,10 +1,12 @@
-"""`grpo-playground COMMAND [ARGS]`: the installed console script; each command is one module of this package.
+"""`grpo-playground COMMAND [ARGS]`: the installed console script; each command is one module of this package (its
+arguments class's MODULE: cli/args.py; `data` is cli/data.py).
 
     grpo-playground train --config quick          # a shipped recipe's name or a recipe file
     grpo-playground eval --model tiny --n 20
     grpo-playground export --run runs/RUN_ID --gguf q4_k_m
     grpo-playground data --source generator:train --n 5
     grpo-playground scale-out --config smollm2 --out scale_out/smollm2
+    grpo-playground compare --minutes 3 --n-worked 100 --n-answers 1000 --n-eval 200
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ from __future__ import annotations
 import importlib
 import sys
 
+from grpo_playground.cli.args import CLIS
+
 COMMANDS = {"train": "train a run from a recipe (SFT then GRPO)", "eval": "evaluate a model on a data source",
             "export": "export a run or a model to GGUF", "data": "load a data source and show a sample",
-            "scale-out": "write a recipe or a run as a verl / OpenRLHF GRPO job"}
+            "scale-out": "write a recipe or a run as a verl / OpenRLHF GRPO job",
+            "compare": "GRPO vs more SFT: the seed-regime experiment, every arm trained and scored"}
 
 
 def usage() -> str:
@@ -31,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
         unknown = f"\n\nerror: unknown command {argv[0]!r}: use one of {', '.join(COMMANDS)}" if argv else ""
         print(usage() + unknown, file=sys.stderr)
         return 2
-    return importlib.import_module(f"grpo_playground.cli.{argv[0].replace('-', '_')}").main(argv[1:])
+    modules = {cli.COMMAND: cli.MODULE for cli in CLIS} | {"data": "grpo_playground.cli.data"}
+    return importlib.import_module(modules[argv[0]]).main(argv[1:])
 
 
 if __name__ == "__main__":

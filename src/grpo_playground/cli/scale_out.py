@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     from grpo_playground.config import ConfigError, apply_overrides, load_recipe
     from grpo_playground.contracts.shipped import recipe_path
     from grpo_playground.export import scale_out
-    from grpo_playground.run_layout import RECIPE_FILE
+    from grpo_playground.contracts.layout import RECIPE_FILE
 
     try:
         if args.run is not None and not (args.run / RECIPE_FILE).is_file():

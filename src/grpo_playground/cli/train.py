@@ -20,7 +20,8 @@ from pathlib import Path
 from grpo_playground.cli.args import TrainArgs
 from grpo_playground.contracts.process import keep_traceback
 from grpo_playground.contracts.shipped import recipe_path
-from grpo_playground.run_layout import RECIPE_FILE, RUNS_DIR_ENV, TRACEBACK_FILE, new_run_id, runs_dir
+from grpo_playground.contracts.layout import RECIPE_FILE, TRACEBACK_FILE
+from grpo_playground.run_layout import RUNS_DIR_ENV, new_run_id, runs_dir
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,7 @@ import sys
 from dataclasses import asdict, dataclass
 
 from grpo_playground.config import RunConfig
-from grpo_playground.run_layout import TRAINED_STAGES
+from grpo_playground.contracts.states import TRAINED_STAGES
 
 PREVIEW_ROWS = 3
 MAX_PREVIEW_ROWS = 10

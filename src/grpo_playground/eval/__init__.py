@@ -3,6 +3,6 @@
     from grpo_playground.eval.runner import evaluate, summary_line
     result = evaluate("tiny", "generator:test", n=100)      # or: python -m grpo_playground.cli.eval --model tiny ...
 
-This package file imports nothing: the app process imports only `eval.results` (what an eval wrote) and
-`eval.metrics` (how eval grades a reply), and importing either loads this file first, never the runner.
+The app process imports nothing of eval/: what an eval wrote is read by grpo_playground.jobs.eval_results, and
+its grading is grpo_playground.rewards.grading (the Chat tab grades a reply with it).
 """

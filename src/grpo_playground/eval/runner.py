@@ -2,7 +2,7 @@
 
 Runs in its own process (pipelines/eval.py), never in the UI. When the model is a run's adapter folder
 (runs/<id>/sft or runs/<id>/grpo), the run's recipe supplies the tags and the prefill setting it was trained
-with (grpo_playground.run_layout.run_settings), so the eval prompt is the training prompt.
+with (grpo_playground.config.run_settings), so the eval prompt is the training prompt.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import time
 from grpo_playground.data import load_examples
 from grpo_playground.data.chat_template import render_prompt
 from grpo_playground.eval.backends import make_backend
-from grpo_playground.eval.metrics import grade_completion, summarize
-from grpo_playground.run_layout import run_settings
+from grpo_playground.rewards.grading import grade_completion, summarize
+from grpo_playground.config.run_settings import run_settings
 from grpo_playground.tags import DEFAULT_TAGS, Tags
 
 MAX_N = 10_000

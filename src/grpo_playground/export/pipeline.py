@@ -13,25 +13,17 @@ import shutil
 import time
 from pathlib import Path
 
+from grpo_playground.config.run_settings import run_settings
 from grpo_playground.data.chat_template import run_template
 from grpo_playground.export.gguf_files import check_types, write_lora_gguf, write_model_ggufs
 from grpo_playground.export.hub import push_folder
 from grpo_playground.export.modelfile import write_modelfile
-from grpo_playground.run_layout import (
-    ADAPTER_CONFIG,
-    BASE_MODEL_SUFFIX,
-    EXPORT_LOG,
-    EXPORT_LORA_DIR,
-    EXPORT_MERGED_DIR,
-    EXPORT_RESULT,
-    LORA_GGUF_SUFFIX,
-    TRAINED_STAGES,
-    adapter_dir,
-    export_dir,
-    exports_dir,
-    run_settings,
-    write_json_atomic,
+from grpo_playground.contracts.layout import (
+    ADAPTER_CONFIG, BASE_MODEL_SUFFIX, EXPORT_LOG, EXPORT_LORA_DIR, EXPORT_MERGED_DIR, EXPORT_RESULT, LORA_GGUF_SUFFIX,
 )
+from grpo_playground.contracts.process import write_json_atomic
+from grpo_playground.contracts.states import TRAINED_STAGES
+from grpo_playground.run_layout import adapter_dir, export_dir, exports_dir
 from grpo_playground.tags import DEFAULT_TAGS, Tags
 
 

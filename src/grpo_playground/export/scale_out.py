@@ -24,7 +24,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grpo_playground.config import RunConfig
-from grpo_playground.run_layout import EXPORT_MERGED_DIR, SCALE_OUT_RESULT, adapter_dir, export_dir, stage_done
+from grpo_playground.contracts.layout import EXPORT_MERGED_DIR, SCALE_OUT_RESULT
+from grpo_playground.run_layout import adapter_dir, export_dir, stage_done
 
 VERL_VERSION, OPENRLHF_VERSION = "0.9.1", "0.11.2"  # the versions the written configs were checked against
 MAX_MICRO_BATCH = 16  # completions per forward: more is rarely faster and risks the memory of a long-completion run

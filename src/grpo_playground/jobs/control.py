@@ -1,4 +1,4 @@
-"""Start, stop and resume training jobs from the UI, and the owner token that guards every job.
+"""Start, stop and resume training jobs from the UI (each behind the owner token: grpo_playground.owner).
 
 The UI never trains: it writes the run folder and starts the job's supervisor (grpo_playground.jobs.record and
 .supervisor, as for every kind of job) with the run's job.json as its record, stdout/stderr appended to log.txt (a
@@ -8,7 +8,6 @@ signals. Nothing here imports torch.
 
 from __future__ import annotations
 
-import hmac
 import os
 import shlex
 import signal
@@ -23,50 +22,12 @@ from grpo_playground.jobs.kinds import TRAIN
 from grpo_playground.jobs.record import step
 from grpo_playground.jobs.runs import RunInfo, compact_metrics, load_run, queue_line, reconcile, stop_grace_s
 from grpo_playground.models.registry import unavailable_reason
-from grpo_playground.run_layout import (
-    ACTIVE_STATES,
-    GPU_LOCK,
-    JOB_FILE,
-    JOB_STAGES,
-    LOG_FILE,
-    RECIPE_FILE,
-    RESUMES_KEY,
-    STOP_FILE,
-    new_run_id,
-    run_path,
-    runs_dir,
-    write_status,
-)
+from grpo_playground.owner import check_owner
+from grpo_playground.contracts.layout import GPU_LOCK, JOB_FILE, LOG_FILE, RECIPE_FILE, RESUMES_KEY, STOP_FILE
+from grpo_playground.contracts.states import ACTIVE_STATES, JOB_STAGES
+from grpo_playground.run_layout import new_run_id, run_path, runs_dir, write_status
 
-OWNER_TOKEN_ENV = "GRPO_PLAYGROUND_OWNER_TOKEN"
 MAX_QUEUED = 8  # waiting jobs; more is a runaway script, not a plan
-
-
-MIN_OWNER_TOKEN_CHARS = 16  # nothing limits how fast a stranger may guess: a short token is no lock
-
-
-def owner_token_required() -> bool:
-    return bool(os.environ.get(OWNER_TOKEN_ENV))
-
-
-def weak_owner_token() -> str | None:
-    """What is wrong with the configured owner token, said at launch; None when it is long enough or unset."""
-    token = os.environ.get(OWNER_TOKEN_ENV, "")
-    if 0 < len(token) < MIN_OWNER_TOKEN_CHARS:
-        return (f"WARNING: {OWNER_TOKEN_ENV} has {len(token)} characters: every request may guess it, as fast as it "
-                f"likes. Use at least {MIN_OWNER_TOKEN_CHARS} random ones, e.g. "
-                "python -c 'import secrets; print(secrets.token_urlsafe(24))'")
-    return None
-
-
-def check_owner(token: str | None, action: str = "starting, stopping and resuming jobs") -> None:
-    """Raise PermissionError unless no owner token is configured or `token` matches it (constant time)."""
-    expected = os.environ.get(OWNER_TOKEN_ENV, "")
-    if expected and not (isinstance(token, str) and hmac.compare_digest(token.encode(), expected.encode())):
-        raise PermissionError(
-            f"{action} needs the owner token of this app "
-            f"(env {OWNER_TOKEN_ENV}): type it in the 'Owner token' box; visitors can only watch"
-        )
 
 
 def train_command(run_dir: Path, stage: str = "all", resume: bool = False) -> list[str]:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from grpo_playground.contracts.process import last_error
 from grpo_playground.doctor import diagnose_crash  # pure Python, like this module
-from grpo_playground.run_layout import TRACEBACK_FILE, read_status
+from grpo_playground.contracts.layout import TRACEBACK_FILE
+from grpo_playground.run_layout import read_status
 
 
 def crash_reason(run_dir: Path, returncode: int, oom_kills_before: int | None = None) -> str:

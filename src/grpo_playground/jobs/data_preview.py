@@ -15,8 +15,10 @@ from pathlib import Path
 
 from grpo_playground.child_process import job_env
 from grpo_playground.config import RunConfig, dump_recipe
-from grpo_playground.jobs.control import check_model_loads, check_owner
-from grpo_playground.run_layout import RECIPE_FILE, TRAINED_STAGES
+from grpo_playground.jobs.control import check_model_loads
+from grpo_playground.owner import check_owner
+from grpo_playground.contracts.layout import RECIPE_FILE
+from grpo_playground.contracts.states import TRAINED_STAGES
 
 TIMEOUT_S = 120  # importing transformers and reading a tokenizer takes ~5-15 s on 2 busy cores
 MAX_OUTPUT_BYTES = 1_000_000  # the child cuts every text at 4,000 characters: 10 rows stay far under this

@@ -15,10 +15,11 @@ from pathlib import Path
 from grpo_playground.child_process import job_env
 from grpo_playground.contracts.process import log_tail
 from grpo_playground.contracts.states import StepState
-from grpo_playground.eval import results as store
+from grpo_playground.jobs import eval_results as store
 from grpo_playground.jobs.kinds import EVAL
 from grpo_playground.jobs.record import step, stop_job
-from grpo_playground.run_layout import EVAL_LOG, evals_dir
+from grpo_playground.contracts.layout import EVAL_LOG
+from grpo_playground.run_layout import evals_dir
 
 MAX_EVAL_S = 3 * 3600  # per checkpoint: a hung model server or a huge n on CPU is stopped
 LOG_TAIL_BYTES = 4000

@@ -16,21 +16,13 @@ from pathlib import Path
 from grpo_playground.child_process import job_env
 from grpo_playground.contracts.process import log_tail
 from grpo_playground.contracts.states import JobState
-from grpo_playground.jobs.control import check_owner
 from grpo_playground.jobs.kinds import EXPORT
 from grpo_playground.jobs.record import step
 from grpo_playground.jobs.runs import load_run, reconcile
-from grpo_playground.run_layout import (
-    ACTIVE_STATES,
-    EXPORT_LOG,
-    EXPORT_RESULT,
-    GGUF_TYPES,
-    TRAINED_STAGES,
-    export_dir,
-    latest_stage,
-    run_path,
-    stage_done,
-)
+from grpo_playground.owner import check_owner
+from grpo_playground.contracts.layout import EXPORT_LOG, EXPORT_RESULT, GGUF_TYPES
+from grpo_playground.contracts.states import ACTIVE_STATES, TRAINED_STAGES
+from grpo_playground.run_layout import export_dir, latest_stage, run_path, stage_done
 
 MARKER = "[ui] export"
 LOG_TAIL_BYTES = 64_000

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from grpo_playground.contracts.metrics import decode_record
 from grpo_playground.contracts.process import log_tail
-from grpo_playground.run_layout import DOCTOR_FILE, LOG_FILE, METRICS_FILE, SAMPLES_FILE
+from grpo_playground.contracts.layout import DOCTOR_FILE, LOG_FILE, METRICS_FILE, SAMPLES_FILE
 
 MAX_READ_BYTES = 8 * 1024 * 1024  # per poll and file: a huge append is read over several polls
 KEEP_SAMPLES = 20  # sample groups are large (G completions each); the tab shows the latest ones

@@ -20,20 +20,11 @@ from grpo_playground.cli.args import CliArgs, CompareArgs, EvalArgs, ExportArgs,
 from grpo_playground.contracts.process import is_alive
 from grpo_playground.contracts.states import ACTIVE_STATES, JobState
 from grpo_playground.jobs.record import job_running, job_state, read_record, start_job
-from grpo_playground.run_layout import (
-    COMPARISON_RESULT,
-    COMPARISON_STEM,
-    JOB_FILE,
-    LOG_FILE,
-    SCALE_OUT_DIR,
-    SCALE_OUT_RESULT,
-    STATUS_FILE,
-    TRACEBACK_FILE,
-    job_log,
-    job_record,
-    read_json,
-    traceback_of,
+from grpo_playground.contracts.layout import (
+    COMPARISON_RESULT, COMPARISON_STEM, JOB_FILE, LOG_FILE, SCALE_OUT_DIR, SCALE_OUT_RESULT, STATUS_FILE,
+    TRACEBACK_FILE, job_log, job_record, traceback_of,
 )
+from grpo_playground.contracts.process import read_json
 
 MAX_REASON_CHARS = 500
 

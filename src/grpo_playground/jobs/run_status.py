@@ -10,7 +10,9 @@ from pathlib import Path
 
 from grpo_playground.jobs.crash import crash_reason
 from grpo_playground.jobs.runs import compact_metrics
-from grpo_playground.run_layout import FINAL_STATES, STOP_FILE, read_status, write_status
+from grpo_playground.contracts.layout import STOP_FILE
+from grpo_playground.contracts.states import FINAL_STATES
+from grpo_playground.run_layout import read_status, write_status
 
 STOPPED_WHILE_QUEUED = {"state": "stopped", "reason": "stopped while queued"}
 

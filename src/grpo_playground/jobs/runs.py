@@ -16,18 +16,10 @@ from grpo_playground.contracts.metrics import decode_record
 from grpo_playground.contracts.process import group_members, is_alive
 from grpo_playground.contracts.layout import COMPARISON_JOB
 from grpo_playground.jobs.record import slot_queue, supervisor_starting
-from grpo_playground.run_layout import (
-    ACTIVE_STATES,
-    JOB_FILE,
-    METRICS_FILE,
-    STATUS_FILE,
-    STOP_FILE,
-    is_run_name,
-    read_json,
-    read_status,
-    runs_dir,
-    write_status,
-)
+from grpo_playground.contracts.layout import JOB_FILE, METRICS_FILE, STATUS_FILE, STOP_FILE
+from grpo_playground.contracts.process import read_json
+from grpo_playground.contracts.states import ACTIVE_STATES
+from grpo_playground.run_layout import is_run_name, read_status, runs_dir, write_status
 
 STOP_GRACE_ENV = "GRPO_PLAYGROUND_STOP_GRACE_S"  # seconds a stopping job may take to save before it is killed
 

@@ -15,11 +15,13 @@ from pathlib import Path
 
 from grpo_playground.child_process import job_env
 from grpo_playground.contracts.states import JobState
-from grpo_playground.jobs.control import check_owner
 from grpo_playground.jobs.kinds import SCALE_OUT, scale_out_archive
 from grpo_playground.jobs.record import step
 from grpo_playground.jobs.runs import load_run, reconcile
-from grpo_playground.run_layout import ACTIVE_STATES, SCALE_OUT_DIR, SCALE_OUT_LOG, run_path, stage_done
+from grpo_playground.owner import check_owner
+from grpo_playground.contracts.layout import SCALE_OUT_DIR, SCALE_OUT_LOG
+from grpo_playground.contracts.states import ACTIVE_STATES
+from grpo_playground.run_layout import run_path, stage_done
 
 
 def start_scale_out(run_id: str, token: str | None = None) -> dict:

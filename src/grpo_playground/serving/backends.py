@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from grpo_playground.child_process import free_port
-from grpo_playground.run_layout import run_settings
+from grpo_playground.config.run_settings import run_settings
 from grpo_playground.serving.process import BackendUnavailable, ManagedServer
 
 LLAMA_CPP = "llama.cpp"

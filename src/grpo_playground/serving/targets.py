@@ -10,7 +10,8 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from grpo_playground.run_layout import ADAPTER_CONFIG, EXPORT_DIR, LORA_GGUF_SUFFIX, base_gguf_of, exports_dir, runs_dir
+from grpo_playground.contracts.layout import ADAPTER_CONFIG, EXPORT_DIR, LORA_GGUF_SUFFIX, base_gguf_of
+from grpo_playground.run_layout import exports_dir, runs_dir
 from grpo_playground.serving.backends import LLAMA_CPP, VLLM
 
 MAX_FILES = 500  # a bound on the scan, so a huge folder cannot stall the UI

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from grpo_playground.config import RunConfig
 from grpo_playground.memory_budget import BudgetError, apply, budget_bytes, gib, plan_memory
-from grpo_playground.run_layout import TRAINED_STAGES
+from grpo_playground.contracts.states import TRAINED_STAGES
 from grpo_playground.training.backend import choose_backend, cuda_available, vllm_rollouts
 
 

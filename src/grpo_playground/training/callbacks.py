@@ -15,7 +15,7 @@ from transformers import TrainerCallback
 
 from grpo_playground.rewards import one_group_scale
 from grpo_playground.rewards.patterns import completion_text
-from grpo_playground.run_layout import DOCTOR_FILE, METRICS_FILE, SAMPLES_FILE
+from grpo_playground.contracts.layout import DOCTOR_FILE, METRICS_FILE, SAMPLES_FILE
 from grpo_playground.step_timing import StepTimer
 from grpo_playground.contracts.findings import Finding
 from grpo_playground.contracts.metrics import HEADLINE_KEYS, NAN_STOPS_JOB

@@ -15,7 +15,8 @@ import traceback
 from pathlib import Path
 
 from grpo_playground.config import RunConfig, config_to_dict, save_recipe
-from grpo_playground.run_layout import DOCTOR_FILE, JOB_STAGES, METRICS_FILE, RECIPE_FILE, SWANLAB_DIR, TRAINED_STAGES
+from grpo_playground.contracts.layout import DOCTOR_FILE, METRICS_FILE, RECIPE_FILE, SWANLAB_DIR
+from grpo_playground.contracts.states import JOB_STAGES, TRAINED_STAGES
 from grpo_playground.doctor import diagnose_crash
 from grpo_playground.training.budget import keep_budget
 from grpo_playground.training.run_folder import RunFolder

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from grpo_playground.config import RunConfig
 from grpo_playground.training.backend import Policy
-from grpo_playground.run_layout import PREFLIGHT_FILE
+from grpo_playground.contracts.layout import PREFLIGHT_FILE
 from grpo_playground.training.run_folder import RunFolder
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 from grpo_playground import run_layout
 from grpo_playground.contracts.metrics import decode_record, encode_record, jsonable
 from grpo_playground.contracts.process import write_json_atomic
-from grpo_playground.run_layout import STOP_FILE, read_status, write_status
+from grpo_playground.contracts.layout import STOP_FILE
+from grpo_playground.run_layout import read_status, write_status
 from grpo_playground.training.multigpu import is_main_process
 from grpo_playground.training.progress import say
 

@@ -8,7 +8,7 @@ import sys
 
 import gradio as gr
 
-from grpo_playground import jobs
+from grpo_playground.owner import weak_owner_token
 from grpo_playground.serving import stop_orphans
 from grpo_playground.ui import chat_tab, compare_panel, eval_panel, run_summary, sandbox_tab, training_tab
 from grpo_playground.ui.skip_link import create_skip_link
@@ -75,7 +75,7 @@ def launch(demo: gr.Blocks, **kwargs) -> None:
     for orphan in stop_orphans():
         print(f"stopped the {orphan.get('backend')} chat server (pid {orphan.get('pid')}, port {orphan.get('port')})"
               " a killed app left running", file=sys.stderr, flush=True)
-    if weak := jobs.weak_owner_token():
+    if weak := weak_owner_token():
         print(weak, file=sys.stderr, flush=True)
     block = not kwargs.pop("prevent_thread_lock", False)
     serve(demo, server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),

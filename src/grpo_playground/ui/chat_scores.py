@@ -7,7 +7,7 @@ question (rewards.scoring_request).
 from __future__ import annotations
 
 from grpo_playground.data.answers import normalize_number
-from grpo_playground.eval.metrics import grade_completion
+from grpo_playground.rewards.grading import grade_completion
 from grpo_playground.rewards import DEFAULT_WEIGHTS, RewardInputError, score_group
 from grpo_playground.rewards.equivalence import VISITOR
 from grpo_playground.rewards.group import explain_extraction, score_text

@@ -4,7 +4,7 @@ Replies stream from model servers running as child processes (llama.cpp for GGUF
 model + LoRA on a GPU); this process only sends HTTP. The working-out section is folded, the SOLUTION
 content is extracted and, given the gold answer, scored with the chosen reward functions. A checkpoint of a run
 (its LoRA folder or a GGUF of its export) is prompted, shown and scored with the run's own tags and reward weights
-(grpo_playground.run_layout.run_settings), as eval does; anything else with the defaults.
+(grpo_playground.config.run_settings), as eval does; anything else with the defaults.
 API: `chat` (streaming), e.g. gradio_client `Client(url).submit(question, gold, model_1, ..., api_name="/chat")`.
 
 With an owner token set (a public Space), a visitor's question goes only to servers already running and to the
@@ -24,9 +24,10 @@ from pathlib import Path
 import gradio as gr
 
 from grpo_playground.gpu_share import GpuBusy
-from grpo_playground.jobs.control import check_owner, owner_token_required
+from grpo_playground.owner import check_owner, owner_token_required
 from grpo_playground.rewards import DEFAULT_WEIGHTS, REWARDS
-from grpo_playground.run_layout import exports_dir, run_of, run_settings, runs_dir
+from grpo_playground.config.run_settings import run_settings
+from grpo_playground.run_layout import exports_dir, run_of, runs_dir
 from grpo_playground.serving import (
     LLAMA_CPP,
     POOL,

@@ -1,6 +1,6 @@
 """"GRPO vs more SFT" panel (Evaluate tab): the seed-regime experiment on a recipe of the user's, as a background job.
 
-Same arms as `python -m pipelines.experiments.seed_regime` (sft-W; + GRPO on answer-only problems for T minutes;
+Same arms as `grpo-playground compare` (sft-W; + GRPO on answer-only problems for T minutes;
 + more SFT on W for the same time; + SFT on fresh worked problems), smaller sets by default. The job
 (grpo_playground.jobs.comparisons) outlives the browser; the panel lists every comparison on page load, follows the
 chosen one from its progress file every few seconds, and when it is done shows each arm's accuracy with GRPO's
@@ -10,6 +10,9 @@ held-out set the generated one is scored too, and a table gives each arm's accur
 comparison resumes from the steps it finished. Starting, stopping and resuming need the owner token when
 GRPO_PLAYGROUND_OWNER_TOKEN is set.
 
+The form's inputs are ComparisonPlan's fields (grpo_playground.experiments.plan), in its order: Start, the API and
+the job's command line all build that one plan.
+
 API (gradio_client): /compare_start (recipe, minutes, n_worked, n_answers, n_eval, levels, round_steps, max_rounds,
 format_target, token, answers="", eval_data="": each "" for generated problems or gsm8k:PATH.jsonl) -> the
 comparison's state; /compare_resume (id, token) -> its state; /compare_status (id, or "" for the newest) -> its state.
@@ -17,7 +20,6 @@ comparison's state; /compare_resume (id, token) -> its state; /compare_status (i
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 
@@ -25,10 +27,13 @@ import gradio as gr
 import pandas as pd
 
 from grpo_playground.config import ConfigError, load_recipe
-from grpo_playground.jobs import check_owner, list_runs, owner_token_required, run_path
-from grpo_playground.jobs.comparisons import (ComparisonPlan, comparison_state, list_comparisons, resume_comparison,
-                                              start_comparison, stop_comparison)
-from grpo_playground.run_layout import RECIPE_FILE
+from grpo_playground.jobs import list_runs, run_path
+from grpo_playground.experiments.plan import ComparisonPlan, form_fields
+from grpo_playground.experiments.progress import SCORED
+from grpo_playground.jobs.comparisons import (comparison_state, list_comparisons, resume_comparison, start_comparison,
+                                              stop_comparison)
+from grpo_playground.owner import check_owner, owner_token_required
+from grpo_playground.contracts.layout import RECIPE_FILE
 from grpo_playground.contracts.shipped import RECIPES_DIR, shipped_recipes
 from grpo_playground.step_timing import clock
 from grpo_playground.ui.public_paths import public_api
@@ -37,6 +42,7 @@ POLL_S = 3.0
 START_ACTION = "starting, stopping or resuming a comparison"
 USER_ERRORS = (ValueError, PermissionError, FileNotFoundError, RuntimeError, ConfigError)
 PLAN = ComparisonPlan()  # the defaults the form starts from
+FORM = form_fields()  # the form's inputs after the recipe and the token, in this order
 
 
 def recipe_choices() -> list[tuple[str, str]]:
@@ -62,20 +68,13 @@ def resolve_recipe(choice: str | None) -> tuple[Path, str]:
     return path, label
 
 
-def start(recipe, minutes, n_worked, n_answers, n_eval, levels, round_steps, max_rounds, format_target,
-          token=None, answers="", eval_data="") -> dict:
-    """Owner only: check everything, then start the comparison job (returns at once)."""
+def start(recipe, token, *values) -> dict:
+    """Owner only: check everything, then start the comparison job (returns at once). `values`: the plan's settings
+    in FORM's order (the form's inputs; those left out keep their defaults)."""
     check_owner(token, START_ACTION)  # first: a visitor's input is not even read
-    numbers = {"minutes": minutes, "n_worked": n_worked, "n_answers": n_answers, "n_eval": n_eval,
-               "round_steps": round_steps, "max_rounds": max_rounds, "format_target": format_target}
-    for name, value in numbers.items():
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-            raise ValueError(f"{name} must be a number, got {value!r}")
-        if name not in ("minutes", "format_target") and value != int(value):
-            raise ValueError(f"{name} must be a whole number, got {value!r}")
-    sources = {"answers": str(answers or ""), "eval_data": str(eval_data or "")}  # "" or a spec: the plan checks it
-    plan = ComparisonPlan(levels=str(levels or "").strip(), **sources, **{
-        k: (float(v) if k in ("minutes", "format_target") else int(v)) for k, v in numbers.items()})
+    if len(values) > len(FORM):
+        raise ValueError(f"{len(values)} settings given, {len(FORM)} known: {', '.join(FORM)}")
+    plan = ComparisonPlan.from_form(dict(zip(FORM, values)))
     return start_comparison(*resolve_recipe(recipe), plan)
 
 
@@ -145,9 +144,7 @@ def time_text(state: dict) -> str:
 
 
 LEGEND = "GRPO minus arm (points)"
-# the chart's x order (Vega sorts names otherwise): pipelines.experiments.seed_regime.SCORED (the trained arms and the
-# tuned control); the package does not import the CLI layer (pipelines/), so tests/test_compare.py checks they agree
-ARM_ORDER = ["sft_w", "sft_w+grpo_a", "sft_w+more_sft_w", "sft_w+tuned_sft_w", "sft_w+fresh_sft"]
+ARM_ORDER = list(SCORED)  # the chart's x order (Vega sorts names otherwise): the experiment's report order
 
 
 def _grpo_arm(result: dict) -> str:
@@ -249,11 +246,9 @@ def view(selected: str | None, shown: dict | None):
             per_source, source_box)
 
 
-def run_start(recipe, minutes, n_worked, n_answers, n_eval, levels, round_steps, max_rounds, format_target, token,
-              answers="", eval_data=""):
+def run_start(recipe, token, *values):
     try:
-        state = start(recipe, minutes, n_worked, n_answers, n_eval, levels, round_steps, max_rounds, format_target,
-                      token, answers, eval_data)
+        state = start(recipe, token, *values)
     except USER_ERRORS as error:
         raise gr.Error(str(error), print_exception=False) from None
     return gr.Dropdown(choices=list_comparisons(), value=state["id"])
@@ -282,10 +277,11 @@ def api_start(recipe: str, minutes: float = PLAN.minutes, n_worked: int = PLAN.n
               format_target: float = PLAN.format_target, token: str = "", answers: str = "",
               eval_data: str = "") -> dict:
     """Start a GRPO vs more SFT comparison on a recipe ("recipe:NAME" or "run:ID"), A and the held-out set from the
-    generator ("") or a gsm8k:PATH.jsonl file each; its state, without the log."""
+    generator ("") or a gsm8k:PATH.jsonl file each; its state, without the log. The parameters are the plan's fields
+    (named for gradio_client; tests/test_compare.py checks they are FORM's)."""
+    plan = {name: value for name, value in locals().items() if name in FORM}
     try:
-        state = start(recipe, minutes, n_worked, n_answers, n_eval, levels, round_steps, max_rounds, format_target,
-                      token, answers, eval_data)
+        state = start(recipe, token, *(plan[name] for name in FORM))
     except USER_ERRORS as error:
         raise gr.Error(str(error), print_exception=False) from None
     return {k: v for k, v in state.items() if k != "log"}
@@ -318,34 +314,36 @@ def create_compare_panel() -> dict:
         "SFT on **fresh** worked problems (if gold reasoning were free). Every arm is scored greedily on the same "
         "held-out problems (generated, or a GSM8K file's: then the generated ones too, each source's accuracy in its "
         "own table). It trains, so it waits for the training slot; the CLI "
-        "(`python -m pipelines.experiments.seed_regime`) takes larger sets and other data formats.")
+        "(`grpo-playground compare`) takes larger sets and other data formats.")
     with gr.Row():
         recipe = gr.Dropdown(choices=recipe_choices(), value="recipe:tiny-cpu", label="Recipe", scale=3,
                              info="a shipped recipe or the recipe of one of your runs", elem_id="compare-recipe")
         refresh_btn = gr.Button("Refresh recipes", scale=0)
     limits = ComparisonPlan.LIMITS
+    form = {}  # the plan's inputs by field name: Start sends them in FORM's order
     with gr.Row():
-        minutes = gr.Number(PLAN.minutes, label="T (minutes per arm)", minimum=limits["minutes"][0],
-                            maximum=limits["minutes"][1], elem_id="compare-minutes")
-        n_worked = gr.Number(PLAN.n_worked, precision=0, label="Worked problems (W)", maximum=limits["n_worked"][1])
-        n_answers = gr.Number(PLAN.n_answers, precision=0, label="Answer-only problems (A)",
-                              maximum=limits["n_answers"][1])
-        n_eval = gr.Number(PLAN.n_eval, precision=0, label="Held-out prompts", maximum=limits["n_eval"][1],
-                           elem_id="compare-n-eval")
-        levels = gr.Textbox(PLAN.levels, label="Problem levels", info="e.g. 1-2; empty: all levels")
+        form["minutes"] = gr.Number(PLAN.minutes, label="T (minutes per arm)", minimum=limits["minutes"][0],
+                                    maximum=limits["minutes"][1], elem_id="compare-minutes")
+        form["n_worked"] = gr.Number(PLAN.n_worked, precision=0, label="Worked problems (W)",
+                                     maximum=limits["n_worked"][1])
+        form["n_answers"] = gr.Number(PLAN.n_answers, precision=0, label="Answer-only problems (A)",
+                                      maximum=limits["n_answers"][1])
+        form["n_eval"] = gr.Number(PLAN.n_eval, precision=0, label="Held-out prompts", maximum=limits["n_eval"][1],
+                                   elem_id="compare-n-eval")
+        form["levels"] = gr.Textbox(PLAN.levels, label="Problem levels", info="e.g. 1-2; empty: all levels")
     source_info = "gsm8k:/path/to/{}.jsonl (a file on the server, GSM8K's format); empty: generated problems"
     with gr.Row():
-        answers = gr.Textbox("", label="Answer-only problems (A) from", info=source_info.format("train"),
-                             elem_id="compare-answers")
-        eval_data = gr.Textbox("", label="Held-out set from", info=source_info.format("test"),
-                               elem_id="compare-eval-data")
+        form["answers"] = gr.Textbox("", label="Answer-only problems (A) from", info=source_info.format("train"),
+                                     elem_id="compare-answers")
+        form["eval_data"] = gr.Textbox("", label="Held-out set from", info=source_info.format("test"),
+                                       elem_id="compare-eval-data")
     with gr.Accordion("sft-W: when the format is learned", open=False):
         with gr.Row():
-            round_steps = gr.Number(PLAN.round_steps, precision=0, label="SFT steps between format checks",
-                                    elem_id="compare-round-steps")
-            max_rounds = gr.Number(PLAN.max_rounds, precision=0, label="At most this many rounds")
-            format_target = gr.Number(PLAN.format_target, label="Sampled format rate target (0-1)",
-                                      elem_id="compare-format-target")
+            form["round_steps"] = gr.Number(PLAN.round_steps, precision=0, label="SFT steps between format checks",
+                                            elem_id="compare-round-steps")
+            form["max_rounds"] = gr.Number(PLAN.max_rounds, precision=0, label="At most this many rounds")
+            form["format_target"] = gr.Number(PLAN.format_target, label="Sampled format rate target (0-1)",
+                                              elem_id="compare-format-target")
     token = gr.Textbox(label="Owner token", type="password", visible=owner_token_required())
     with gr.Row():
         run = gr.Button("Start comparison", variant="primary", elem_id="compare-start")
@@ -381,14 +379,13 @@ def create_compare_panel() -> dict:
     gr.on([timer.tick], view, [picker, shown], views, show_progress="hidden", **ui)
     picker.input(view, [picker, gr.State(None)], views, **ui)
     refresh_btn.click(lambda: gr.Dropdown(choices=recipe_choices()), None, recipe, **ui)
-    started = run.click(run_start, [recipe, minutes, n_worked, n_answers, n_eval, levels, round_steps, max_rounds,
-                                    format_target, token, answers, eval_data], picker, concurrency_limit=1,
+    started = run.click(run_start, [recipe, token, *(form[name] for name in FORM)], picker, concurrency_limit=1,
                         concurrency_id="compare", **ui)
     stop.click(run_stop, [picker, token], message, **ui)
     resumed = resume.click(run_resume, [picker, token], picker, concurrency_limit=1, concurrency_id="compare", **ui)
     for going in (started, resumed):  # the status shows it running; a Stop's answer would be stale
         going.success(view, [picker, gr.State(None)], views, **ui)
         going.success(lambda: "", None, message, **ui)
-    return {"recipe": recipe, "minutes": minutes, "run": run, "stop": stop, "resume": resume, "picker": picker,
+    return {"recipe": recipe, "minutes": form["minutes"], "run": run, "stop": stop, "resume": resume, "picker": picker,
             "message": message, "status": status, "chart": chart, "arms": arms, "levels": levels_table,
             "sources": sources_table}

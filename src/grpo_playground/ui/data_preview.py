@@ -9,7 +9,7 @@ from html import escape
 
 import gradio as gr
 
-from grpo_playground.run_layout import TRAINED_STAGES
+from grpo_playground.contracts.states import TRAINED_STAGES
 
 PREVIEW_ID = "training-data-preview"
 # exact text, wrapped inside the narrow column (a prompt's long lines ran out of the panel)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gradio.components.plot import AltairPlotData
 
-from grpo_playground.eval import results as store
+from grpo_playground.jobs import eval_results as store
 from grpo_playground.ui.training_charts import EMBED, PALETTE
 
 METRIC_LABELS = {"accuracy": "accuracy", "lenient_accuracy": "lenient accuracy (last number)",

@@ -22,9 +22,9 @@ import gradio as gr
 import pandas as pd
 
 from grpo_playground.data.spec import parse_spec
-from grpo_playground.eval import results as store
-from grpo_playground.jobs import check_owner, owner_token_required
+from grpo_playground.jobs import eval_results as store
 from grpo_playground.jobs.evals import eval_job_state, start_eval_job, stop_eval_job
+from grpo_playground.owner import check_owner, owner_token_required
 from grpo_playground.serving import vllm_unavailable_reason
 from grpo_playground.ui import eval_chart
 from grpo_playground.ui.public_paths import public_api

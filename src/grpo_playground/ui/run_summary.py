@@ -16,9 +16,12 @@ import gradio as gr
 
 from grpo_playground import jobs
 from grpo_playground.config import load_recipe
-from grpo_playground.eval import results as store
+from grpo_playground.jobs import eval_results as store
 from grpo_playground.rewards.group import explain_extraction
-from grpo_playground.run_layout import RECIPE_FILE, TRAINED_STAGES, latest_stage, run_settings, stage_done
+from grpo_playground.config.run_settings import run_settings
+from grpo_playground.contracts.layout import RECIPE_FILE
+from grpo_playground.contracts.states import TRAINED_STAGES
+from grpo_playground.run_layout import latest_stage, stage_done
 from grpo_playground.step_timing import clock
 from grpo_playground.tags import DEFAULT_TAGS
 

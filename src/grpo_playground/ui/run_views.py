@@ -25,7 +25,8 @@ from grpo_playground.contracts.metrics import (
     TRAIN_RUNTIME,
 )
 from grpo_playground.jobs import RunFeed, RunInfo
-from grpo_playground.run_layout import ACTIVE_STATES, METRICS_FILE, RECIPE_FILE, RESUMES_KEY, TRAINED_STAGES
+from grpo_playground.contracts.layout import METRICS_FILE, RECIPE_FILE, RESUMES_KEY
+from grpo_playground.contracts.states import ACTIVE_STATES, TRAINED_STAGES
 from grpo_playground.step_timing import PHASES, clock, phase_key
 
 CURRENT_STAGE = "current"

@@ -22,7 +22,7 @@ import gradio as gr
 import pandas as pd
 
 from grpo_playground.data.answers import normalize_number
-from grpo_playground.jobs.control import check_owner, owner_token_required
+from grpo_playground.owner import check_owner, owner_token_required
 from grpo_playground.rewards import (
     DEFAULT_WEIGHTS,
     REWARDS,

@@ -16,8 +16,8 @@ import time
 
 import gradio as gr
 from gradio.components.api_component import Api
+from grpo_playground.owner import check_owner
 
-from grpo_playground.jobs.control import check_owner
 
 MAX_WRONG_TOKENS = 10  # a mistyped token or two is not an attack
 WINDOW_S = 60.0

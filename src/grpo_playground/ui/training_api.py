@@ -20,6 +20,7 @@ from grpo_playground.config import ConfigError
 from grpo_playground.jobs.data_preview import run_preview
 from grpo_playground.jobs.exports import export_state, start_export
 from grpo_playground.jobs.scale_outs import scale_out_state, start_scale_out
+from grpo_playground.owner import check_owner
 from grpo_playground.ui.config_form import config_from_yaml_text
 
 USER_ERRORS = (ConfigError, ValueError, PermissionError, RuntimeError, FileNotFoundError)
@@ -74,7 +75,7 @@ def run_summary(run_id: str) -> dict:
 @_api
 def api_start(recipe_yaml: str, stage: str = "all", token: str = "") -> dict:
     """Start a run from recipe YAML text (keys = RunConfig fields); returns its summary at once."""
-    jobs.check_owner(token)  # before the YAML is even read: a stranger's text costs nothing
+    check_owner(token)  # before the YAML is even read: a stranger's text costs nothing
     info = jobs.start_run(config_from_yaml_text(recipe_yaml), stage, token)
     return run_summary(info.run_id)
 
@@ -83,7 +84,7 @@ def api_start(recipe_yaml: str, stage: str = "all", token: str = "") -> dict:
 def api_preview_data(recipe_yaml: str, stage: str = "grpo", token: str = "") -> dict:
     """The first rows of a recipe's `stage` data (sft or grpo) as its model will see them: rendered prompt, gold
     answer, SFT target; with the rows read and skipped by reason. Owner only (a source names server files)."""
-    jobs.check_owner(token, "previewing data")  # before the YAML is read
+    check_owner(token, "previewing data")  # before the YAML is read
     return run_preview(config_from_yaml_text(recipe_yaml), stage, token)
 
 

@@ -20,6 +20,7 @@ from grpo_playground.config import ConfigError, RunConfig, config_from_dict, con
 from grpo_playground.contracts.shipped import RECIPES_DIR, shipped_recipes
 from grpo_playground.memory_budget import budget_note
 from grpo_playground.jobs.data_preview import run_preview
+from grpo_playground.owner import check_owner, owner_token_required
 from grpo_playground.ui.config_form import FormField, build_form, config_from_values, form_problems, values_from_config
 from grpo_playground.ui.data_preview import PreviewPart, build_preview, error_html, preview_html
 from grpo_playground.ui.training_api import USER_ERRORS, user_error
@@ -107,7 +108,7 @@ def build_form_part() -> FormPart:
                 stage = gr.Dropdown(list(jobs.STAGES), value="all", label="Stage", scale=2,
                                     info="all: SFT then GRPO; preflight: only sample a few groups and score them")
                 start = gr.Button("Start", variant="primary", scale=1, elem_id=START_ID)
-            token = gr.Textbox(label="Owner token", type="password", visible=jobs.owner_token_required(),
+            token = gr.Textbox(label="Owner token", type="password", visible=owner_token_required(),
                                info="needed to start, stop, resume, export and save a recipe file on a shared app; visitors can watch")
             message = gr.Markdown(elem_id="training-form-msg")
             default_file = f"recipes/{DEFAULT_RECIPE}.yaml"
@@ -170,7 +171,7 @@ def wire_form(part: FormPart, started: list, on_start) -> None:
 
     def save_form(token_value, *values):
         try:
-            jobs.check_owner(token_value, "saving a recipe file")  # a stranger's click writes nothing to disk
+            check_owner(token_value, "saving a recipe file")  # a stranger's click writes nothing to disk
             config = config_from_values(specs, list(values))
         except USER_ERRORS as exc:
             raise user_error(exc) from None
@@ -184,7 +185,7 @@ def wire_form(part: FormPart, started: list, on_start) -> None:
 
     def start_from_form(stage_value, token_value, *values):
         try:
-            jobs.check_owner(token_value)
+            check_owner(token_value)
             config = config_from_values(specs, list(values))
         except (ConfigError, ValueError):
             raise gr.Error("Fix the recipe before starting: " + "; ".join(form_problems(specs, list(values))),

@@ -18,9 +18,11 @@ from grpo_playground.contracts.states import JobState
 from grpo_playground.jobs.comparisons import comparison_state, running_comparison
 from grpo_playground.jobs.exports import export_state
 from grpo_playground.jobs.scale_outs import scale_out_state
-from grpo_playground.eval import results as eval_results
-from grpo_playground.run_layout import (LOG_FILE, PREFLIGHT_FILE, TRAINED_STAGES, evals_dir, read_json, saved_progress,
-                                       stage_done)
+from grpo_playground.jobs import eval_results
+from grpo_playground.contracts.layout import LOG_FILE, PREFLIGHT_FILE
+from grpo_playground.contracts.process import read_json
+from grpo_playground.contracts.states import TRAINED_STAGES
+from grpo_playground.run_layout import evals_dir, saved_progress, stage_done
 from grpo_playground.ui import run_summary, run_views
 from grpo_playground.ui.run_downloads import offer
 from grpo_playground.ui.training_api import api_export, api_resume, api_scale_out, api_stop

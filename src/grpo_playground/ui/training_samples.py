@@ -8,7 +8,7 @@ import gradio as gr
 
 from grpo_playground import jobs
 from grpo_playground.config import load_recipe
-from grpo_playground.run_layout import RECIPE_FILE
+from grpo_playground.contracts.layout import RECIPE_FILE
 from grpo_playground.rewards import one_group_scale
 from grpo_playground.ui import run_views
 from grpo_playground.ui.sandbox_tab import KNOB_NAMES, SandboxInputs

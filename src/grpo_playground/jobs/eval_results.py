@@ -1,7 +1,8 @@
 """UI side of evaluation: which checkpoints exist, the eval command, and the saved results (torch-free).
 
-Each evaluation runs as `python -m pipelines.eval ... --out <runs>/evals/<stamp>-<name>.json`; the folder on disk
-is the record, so results survive a closed browser or an app restart and the panel can compare any of them.
+Each evaluation runs as `grpo-playground eval ... --out <runs>/evals/<stamp>-<name>.json` (a job: jobs/evals.py);
+the folder on disk is the record, so results survive a closed browser or an app restart and the panel can compare
+any of them.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ import time
 from pathlib import Path
 
 from grpo_playground.cli.args import EvalArgs
-from grpo_playground.run_layout import ADAPTER_CONFIG, EVALS_DIR, TRAINED_STAGES, adapter_dir, evals_dir, read_json, runs_dir
+from grpo_playground.contracts.layout import ADAPTER_CONFIG, EVALS_DIR
+from grpo_playground.contracts.process import read_json
+from grpo_playground.contracts.states import TRAINED_STAGES
+from grpo_playground.run_layout import adapter_dir, evals_dir, runs_dir
 
 CHART_METRICS = ("accuracy", "lenient_accuracy", "format_rate", "recheck_rate")
 TABLE_COLUMNS = ["checkpoint", "data", "n", "format_rate", "accuracy", "±", "lenient_accuracy", "mean_completion_tokens",
