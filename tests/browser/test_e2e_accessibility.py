@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from test_e2e_flow import region_screenshot
+from test_sandbox_tab import GRADED_GROUP, open_sandbox, paste_group, wait_for_table
 
 TABS = ["Training", "Reward sandbox", "Chat", "Evaluate"]
 CONTROL_ROLES = {"button", "textbox", "searchbox", "combobox", "listbox", "checkbox", "radio", "slider",
@@ -153,3 +154,19 @@ def test_dark_mode_text_is_readable(request, browser, app_url, screenshot):
         assert not problems, f"text below contrast {MIN_CONTRAST}:1 in dark mode (use theme CSS variables): {problems}"
     finally:
         harness.close_page(request, context, page)
+
+
+def test_a_finished_event_is_announced_in_words(page):
+    """Gradio's live region tells a screen reader that an event finished; with its `common.complete` key missing
+    from the English strings, the raw key was announced (and once seen on the page) after every click."""
+    page.evaluate("""() => { window.__announced = [];
+      new MutationObserver(() => document.querySelectorAll('[aria-live="polite"][aria-atomic="true"]').forEach(
+        (el) => el.textContent.trim() && window.__announced.push(el.textContent.trim())))
+        .observe(document.body, {subtree: true, childList: true, characterData: true}); }""")
+    sandbox = open_sandbox(page)
+    paste_group(sandbox, GRADED_GROUP, "42")
+    wait_for_table(sandbox, lambda t: t.get("total") == [10.0, 2.0, -2.5])
+    page.wait_for_function("() => window.__announced.some((text) => text !== 'Loading')", timeout=20_000)
+    announced = page.evaluate("() => window.__announced")
+    assert not [text for text in announced if "common." in text], announced
+    assert "Complete" in announced, announced

@@ -155,13 +155,20 @@ def bound_queue(demo: gr.Blocks) -> None:
     queue.push = bounded_push
 
 
+# Gradio 6.31's page announces each finished event to screen readers as `common.complete`, a key its English
+# strings lack: the raw key was read out (and once seen on the page, issue 39) after every click
+GRADIO_MISSING_WORDS = {"en": {"common.complete": "Complete"}}
+
+
 def launch_settings(kept: Callable[[], set[str]] = set) -> dict:
     """What `demo.launch` needs besides the address, so tests serve the app with the settings a Space gets.
     `kept`: the files of the upload folder that Gradio keeps for the page (never swept)."""
+    import gradio as gr
     from gradio.utils import get_upload_folder
     from starlette.middleware import Middleware
 
     return {
+        "i18n": gr.I18n(**GRADIO_MISSING_WORDS),
         "max_file_size": MAX_UPLOAD_BYTES,
         "max_threads": MAX_THREADS,
         "state_session_capacity": SESSION_CAPACITY,
