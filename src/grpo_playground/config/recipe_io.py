@@ -342,7 +342,6 @@ def save_recipe(cfg: RunConfig, path: str | Path) -> Path:
 def override_keys_help(width: int = 100) -> str:
     """Every key `--set` takes, section by section, read from the dataclasses (so the list cannot drift)."""
     import textwrap
-    from dataclasses import fields
 
     lines = ["keys for --set SECTION.KEY=VALUE, the recipe file's own keys (values in YAML syntax):",
              "  " + ", ".join(f"{key} (or {RUN_SECTION}.{key})" for key in sorted(run_keys()))]

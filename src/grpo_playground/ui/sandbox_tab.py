@@ -59,11 +59,6 @@ MAX_COMPLETION_TOKENS = 131072  # grpo.max_completion_length's own bound
 SCORE_CONCURRENCY = 16  # score events at once; most finish in milliseconds, a few may wait seconds on a checker
 
 
-def load_group_into_sandbox(completions: list[str], answer: str) -> tuple[str, str]:
-    """Values for the sandbox's (completions, answer) components, e.g. a sampled group from a run."""
-    return join_group([str(c) for c in completions]), str(answer)
-
-
 def _custom_scores(code: str, completions: list[str], answer: str) -> list[float] | None:
     """Scores of the user's pasted reward, None when there is none; RewardInputError when it fails."""
     if not code or not code.strip():
