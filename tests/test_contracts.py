@@ -10,13 +10,17 @@ import math
 import os
 import subprocess
 import sys
+import threading
 
 from grpo_playground.contracts.layout import base_gguf_of
-from grpo_playground.contracts.metrics import LOSS, decode_record, encode_record
-from grpo_playground.contracts.process import is_alive, log_tail, process_start_ticks, write_json_atomic
+from grpo_playground.contracts.metrics import LOSS, REWARD, decode_record, encode_record, read_records
+from grpo_playground.contracts.process import (is_alive, log_tail, process_start_ticks, write_json_atomic,
+                                               write_text_atomic)
 from grpo_playground.contracts.states import ACTIVE_STATES, JobState
 from grpo_playground.jobs import RunFeed
 from grpo_playground.contracts.layout import METRICS_FILE
+from grpo_playground.experiments.report import reward_curve
+from grpo_playground.training.run_folder import RunFolder
 from grpo_playground.ui.run_views import doctor_findings
 
 
@@ -74,3 +78,42 @@ def test_log_tail_starts_at_a_line_and_keeps_the_last_lines(tmp_path):
 def test_atomic_write_leaves_no_temporary_file(tmp_path):
     write_json_atomic(tmp_path / "a.json", {"x": 1})
     assert json.loads((tmp_path / "a.json").read_text()) == {"x": 1} and os.listdir(tmp_path) == ["a.json"]
+
+
+def test_writers_of_the_same_file_never_share_a_temporary_file(tmp_path):
+    # Before: the temporary name held only the pid (some writers: no pid at all), so two threads (or two processes
+    # for the pid-less ones) wrote into one temporary file: the second rename found it gone, or a mix was renamed.
+    path, errors = tmp_path / "status.json", []
+
+    def write(n: int) -> None:
+        try:
+            for i in range(200):
+                write_json_atomic(path, {"writer": n, "i": i, "pad": "x" * 2000 * n})
+        except OSError as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    final = json.loads(path.read_text())
+    assert final["i"] == 199 and len(final["pad"]) == 2000 * final["writer"]  # one writer's whole file
+    assert os.listdir(tmp_path) == ["status.json"]
+    write_text_atomic(path, b"raw bytes\n")
+    assert path.read_bytes() == b"raw bytes\n"
+
+
+def test_non_finite_metrics_read_back_the_same_in_every_reader(tmp_path):
+    # Before: the comparison's report read metrics.jsonl with json.loads, kept the string "nan" and failed to
+    # average it; the job (RunFolder) and the UI (RunFeed) read a float. Now one reader, one codec.
+    folder = RunFolder(tmp_path)
+    for step, reward in enumerate([0.5, math.nan, 0.25, 0.75]):
+        folder.append(METRICS_FILE, {"stage": "grpo", "step": step, REWARD: reward})
+    with open(tmp_path / METRICS_FILE, "a") as f:
+        f.write('{"stage": "grpo", "st')  # a line cut by a kill
+    rows = read_records(tmp_path / METRICS_FILE)
+    assert len(rows) == 4 and math.isnan(rows[1][REWARD]) and math.isnan(folder.read_jsonl(METRICS_FILE)[1][REWARD])
+    assert math.isnan(reward_curve(tmp_path)[REWARD][1]) and reward_curve(tmp_path)[REWARD][2] == 0.25
+    assert read_records(tmp_path / "missing.jsonl") == []

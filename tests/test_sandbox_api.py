@@ -10,7 +10,7 @@ import pytest
 from grpo_playground.rewards import MAX_COMPLETIONS, RewardInputError, score_group
 from grpo_playground.ui.sandbox_input import join_group, read_completions_file, split_group
 from grpo_playground.ui.sandbox_render import highlight, render_details
-from grpo_playground.ui.sandbox_tab import EXAMPLE_ANSWER, EXAMPLE_GROUP, load_group_into_sandbox
+from grpo_playground.ui.sandbox_tab import EXAMPLE_GROUP
 
 W = "<start_working_out>6 x 7 = 42<end_working_out>"
 GROUP_TEXT = f"{W}<SOLUTION>42</SOLUTION>\n---\n{W}<SOLUTION>41</SOLUTION>\n---\n{W}<SOLUTION>42"
@@ -75,11 +75,6 @@ def test_split_group_keeps_inner_empty_blocks_and_drops_edges():
     assert split_group(join_group(EXAMPLE_GROUP)) == EXAMPLE_GROUP
     with pytest.raises(RewardInputError, match="the limit is 200,000"):
         split_group("x" * 300_000)
-
-
-def test_load_group_into_sandbox_round_trips():
-    text, answer = load_group_into_sandbox(EXAMPLE_GROUP, 42)
-    assert split_group(text) == EXAMPLE_GROUP and answer == EXAMPLE_ANSWER
 
 
 def test_read_jsonl_csv_and_run_samples(tmp_path):

@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpo_playground.contracts.process import write_json_atomic
+
 GIB = 2**30
 MARGIN_BYTES = 2 * GIB  # left free: CUDA contexts of new processes, allocator fragmentation
 ENGINE_START_WAIT_S = 600.0  # the longest an engine waits for another's start before it goes ahead
@@ -165,8 +167,7 @@ def record(kind: str, pid: int, what: str, nbytes: int) -> None:
     folder = registry_dir()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{kind}-{pid}.json"
-    path.with_suffix(".tmp").write_text(json.dumps({"pid": pid, "what": what, "bytes": int(nbytes)}))
-    path.with_suffix(".tmp").replace(path)
+    write_json_atomic(path, {"pid": pid, "what": what, "bytes": int(nbytes)}, indent=None)
 
 
 def forget(kind: str, pid: int) -> None:

@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 from grpo_playground.cli.args import EvalArgs
-from grpo_playground.contracts.process import fail, keep_traceback
+from grpo_playground.contracts.process import fail, keep_traceback, write_json_atomic
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,9 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _write(out: Path, result: dict) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text(json.dumps(result, indent=1, ensure_ascii=False))
-    tmp.replace(out)  # a reader (the UI) never sees a half-written file
+    write_json_atomic(out, result)  # a reader (the UI) never sees a half-written file
     print(f"wrote {out}", file=sys.stderr)
 
 

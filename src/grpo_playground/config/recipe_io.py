@@ -20,6 +20,7 @@ from pathlib import Path
 from grpo_playground.config.run_config import (PRODUCT_KEYS, RENAMED_KEYS, SECTIONS, TRL_OPTIONS, ConfigError,
                                                RunConfig, _did_you_mean)
 from grpo_playground.config.trl_fields import TRL_CLASSES, coerce_trl, trl_fields
+from grpo_playground.contracts.process import write_text_atomic
 from grpo_playground.tags import Tags
 
 MAX_RECIPE_BYTES = 256 * 1024
@@ -334,16 +335,13 @@ def dump_recipe(cfg: RunConfig) -> str:
 def save_recipe(cfg: RunConfig, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(dump_recipe(cfg.validate()), encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, dump_recipe(cfg.validate()))
     return path
 
 
 def override_keys_help(width: int = 100) -> str:
     """Every key `--set` takes, section by section, read from the dataclasses (so the list cannot drift)."""
     import textwrap
-    from dataclasses import fields
 
     lines = ["keys for --set SECTION.KEY=VALUE, the recipe file's own keys (values in YAML syntax):",
              "  " + ", ".join(f"{key} (or {RUN_SECTION}.{key})" for key in sorted(run_keys()))]

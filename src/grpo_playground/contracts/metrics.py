@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from pathlib import Path
 
 # --- keys TRL logs (SFT and GRPO; docs: TRL's GRPOTrainer "Logged metrics") ------------------------------------
 LOSS = "loss"
@@ -67,3 +68,13 @@ def decode_record(line: str | bytes) -> dict | None:
     if not isinstance(value, dict):
         return None
     return {k: NON_FINITE.get(v, v) if isinstance(v, str) else v for k, v in value.items()}
+
+
+def read_records(path: str | Path) -> list[dict]:
+    """Every record of a JSONL file through decode_record ([] when it is missing); a line that is not a record (cut
+    by a kill) is skipped and the rest kept. A live file is followed with jobs.feed.JsonlTail instead."""
+    try:
+        lines = Path(path).read_bytes().splitlines()
+    except FileNotFoundError:
+        return []
+    return [row for row in map(decode_record, lines) if row is not None]

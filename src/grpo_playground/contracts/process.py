@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import traceback
 from pathlib import Path
 
@@ -81,13 +82,22 @@ def read_json(path: str | Path) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def write_json_atomic(path: str | Path, value: dict, indent: int | None = 1) -> None:
-    """Write `value` as JSON to a temporary file beside `path`, then rename it over `path`: a reader sees the
-    old file or the new one, never half of one."""
+def write_text_atomic(path: str | Path, text: str | bytes) -> None:
+    """Write `text` (UTF-8) or bytes to a temporary file beside `path`, then rename it over `path`: a reader sees
+    the old file or the new one, never half of one. The temporary name holds the process and the thread, so two
+    writers of the same file never write into each other's temporary file (the last rename wins, whole)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(value, indent=indent, ensure_ascii=False), encoding="utf-8")
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        tmp.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # only left when the write or the rename failed
+
+
+def write_json_atomic(path: str | Path, value: dict, indent: int | None = 1) -> None:
+    """`value` as JSON, written with write_text_atomic."""
+    write_text_atomic(path, json.dumps(value, indent=indent, ensure_ascii=False))
 
 
 TRACEBACK_ENV = "GRPO_PLAYGROUND_TRACEBACK_FILE"  # set by a job's supervisor: where its step says why it failed

@@ -61,7 +61,6 @@ def format_report(report: list[TagTokens]) -> str:
 @dataclass
 class RegisteredTags:
     new_ids: list[int]  # ids of the tags added now (empty when all were single tokens already)
-    all_ids: list[int]  # id of every tag after registration
     vocab_size: int
     embedding_modules: list[str]  # module names holding rows of the new ids: input, and output when untied
 
@@ -111,4 +110,4 @@ def register_tags(model, tokenizer, tags: Tags = DEFAULT_TAGS) -> RegisteredTags
     if broken:
         raise RuntimeError(f"tags {broken} still split after registration: the tokenizer ignored the added tokens")
     new_ids = [t.ids[0] for t in after if t.tag in to_add]
-    return RegisteredTags(new_ids, [t.ids[0] for t in after], len(tokenizer), embedding_modules)
+    return RegisteredTags(new_ids, len(tokenizer), embedding_modules)

@@ -4,8 +4,10 @@ the held-out prompts."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from grpo_playground.contracts.metrics import encode_record, read_records
+from grpo_playground.contracts.process import read_json, write_json_atomic, write_text_atomic
 
 
 def _reasoning(example: dict, tags) -> str:
@@ -16,14 +18,12 @@ def _reasoning(example: dict, tags) -> str:
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
-    tmp.replace(path)
+    write_text_atomic(path, "".join(map(encode_record, rows)))
 
 
 def worked_problems(data_dir: Path) -> list[str]:
     """W's questions, in order, as written to <work>/data/worked.jsonl."""
-    return [json.loads(line)["problem"] for line in (data_dir / "worked.jsonl").open()]
+    return [row["problem"] for row in read_records(data_dir / "worked.jsonl")]
 
 
 def _worked_rows(examples: list[dict], tags) -> list[dict]:
@@ -55,8 +55,8 @@ def build_sets(args, cfg, data_dir: Path) -> dict:
 
     tags = cfg.rewards.tags
     sizes_file = data_dir / "sets.json"
-    if sizes_file.exists():
-        return json.loads(sizes_file.read_text())
+    if sizes := read_json(sizes_file):
+        return sizes
     held_out = held_out_problems(args, tags)
     worked = load_examples(args.worked, n=args.n_worked + len(held_out), tags=tags, with_solution=True,
                            seed=cfg.data.seed)
@@ -81,7 +81,7 @@ def build_sets(args, cfg, data_dir: Path) -> dict:
         _write_jsonl(data_dir / "pilot.jsonl", _answer_rows(pilot))
     sizes = {"worked": len(w), "answers": len(a), "pilot": len(pilot), "held_out": len(held_out),
              "worked_skipped": worked.skipped, "answers_skipped": answers.skipped}
-    sizes_file.write_text(json.dumps(sizes, indent=1))
+    write_json_atomic(sizes_file, sizes)
     return sizes
 
 

@@ -3,12 +3,12 @@ the Markdown report written beside the result JSON."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from grpo_playground.experiments.progress import SCORED, TUNED
 from grpo_playground.contracts.layout import METRICS_FILE
+from grpo_playground.contracts.metrics import read_records
 
 
 def paired_difference(a: dict, b: dict) -> dict:
@@ -64,9 +64,7 @@ def template_split(worked: list[str], full: dict[str, dict]) -> dict:
 def reward_curve(run_dir: Path, parts: int = 4) -> dict:
     """GRPO's mean check_answer reward, total reward and zero-variance group fraction over each quarter of its
     steps (from metrics.jsonl): has the reward flattened?"""
-    metrics = run_dir / METRICS_FILE
-    rows = [json.loads(line) for line in metrics.open()] if metrics.exists() else []
-    rows = [r for r in rows if "reward" in r]
+    rows = [r for r in read_records(run_dir / METRICS_FILE) if "reward" in r]
     curve = {}
     for key in ("rewards/check_answer/mean", "reward", "frac_reward_zero_std"):
         values = [r[key] for r in rows if r.get(key) is not None]

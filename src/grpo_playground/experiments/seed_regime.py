@@ -55,7 +55,7 @@ from grpo_playground.experiments.data_sets import build_sets, eval_sources, fres
 from grpo_playground.experiments.progress import ARMS, SCORED, TUNED, mark
 from grpo_playground.experiments.report import column, paired_difference, report, reward_curve, versions
 from grpo_playground.contracts.layout import PREFLIGHT_FILE
-from grpo_playground.contracts.process import read_json, write_json_atomic
+from grpo_playground.contracts.process import read_json, write_json_atomic, write_text_atomic
 from grpo_playground.run_layout import adapter_dir, checkpoints_dir, read_status
 
 
@@ -316,8 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         "versions": versions(),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(result, indent=1))
-    args.out.with_suffix(".md").write_text(report(result))
+    write_json_atomic(args.out.with_suffix(".json"), result)  # the job's result: whole or absent to a reader
+    write_text_atomic(args.out.with_suffix(".md"), report(result))
     mark(work, "eval", "done")
     print(report(result))
     return 0

@@ -23,7 +23,6 @@ FEEDS = {METRICS_FILE: "metrics", SAMPLES_FILE: "samples", DOCTOR_FILE: "finding
 class JsonlTail:
     path: Path
     offset: int = 0
-    bad_lines: int = 0
 
     def read_new(self) -> tuple[list[dict], bool]:
         """(new records, reset): reset is True when the file shrank (rewritten), and records restart at 0."""
@@ -46,9 +45,7 @@ class JsonlTail:
             if not line.strip():
                 continue
             record = decode_record(line)
-            if record is None:
-                self.bad_lines += 1
-            else:
+            if record is not None:  # None: not a record (a stray print); the rest is kept
                 records.append(record)
         return records, reset
 

@@ -21,10 +21,11 @@ from grpo_playground.contracts.process import is_alive
 from grpo_playground.contracts.states import ACTIVE_STATES, JobState
 from grpo_playground.jobs.record import job_running, job_state, read_record, start_job
 from grpo_playground.contracts.layout import (
-    COMPARISON_RESULT, COMPARISON_STEM, JOB_FILE, LOG_FILE, SCALE_OUT_DIR, SCALE_OUT_RESULT, STATUS_FILE,
+    COMPARISON_RESULT, COMPARISON_STEM, JOB_FILE, LOG_FILE, SCALE_OUT_DIR, SCALE_OUT_RESULT,
     TRACEBACK_FILE, job_log, job_record, traceback_of,
 )
 from grpo_playground.contracts.process import read_json
+from grpo_playground.run_layout import read_status
 
 MAX_REASON_CHARS = 500
 
@@ -106,7 +107,7 @@ def this_attempt(record: dict, path: Path) -> dict:
 
 
 def _train_result(record: dict, folder: Path) -> Outcome:
-    status = read_json(folder / STATUS_FILE)  # the job keeps it; the supervisor writes how it ended if it could not
+    status = read_status(folder)  # the job keeps it; the supervisor writes how it ended if it could not
     return Outcome(status.get("state") == JobState.FINISHED, str(status.get("reason") or ""), status)
 
 

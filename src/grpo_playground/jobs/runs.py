@@ -15,9 +15,9 @@ from pathlib import Path
 from grpo_playground.contracts.metrics import decode_record
 from grpo_playground.contracts.process import group_members, is_alive
 from grpo_playground.contracts.layout import COMPARISON_JOB
-from grpo_playground.jobs.record import slot_queue, supervisor_starting
+from grpo_playground.jobs.record import read_record, slot_queue, supervisor_starting
 from grpo_playground.contracts.layout import JOB_FILE, METRICS_FILE, STATUS_FILE, STOP_FILE
-from grpo_playground.contracts.process import read_json
+from grpo_playground.contracts.process import write_text_atomic
 from grpo_playground.contracts.states import ACTIVE_STATES
 from grpo_playground.run_layout import is_run_name, read_status, runs_dir, write_status
 
@@ -60,7 +60,7 @@ def read_job(run_dir: Path) -> dict:
     """The run's job record (grpo_playground.jobs.record), {} for a run started from the CLI. A job.json of an
     earlier version (its own launcher's: launcher_pid, pgid, start_ticks, queued_at, stage, command) is read as
     a record of that job, so its run is still listed, stopped and resumed."""
-    job = read_json(run_dir / JOB_FILE)
+    job = read_record(run_dir / JOB_FILE)
     if "launcher_pid" in job:
         job = {"kind": "train", "pid": job["launcher_pid"], "start_ticks": job.get("start_ticks"),
                "started": job.get("queued_at"), "state": None,
@@ -91,9 +91,7 @@ def compact_metrics(run_dir: Path) -> int:
     kept = [line for index, (line, row) in enumerate(zip(lines, rows)) if index in keep or not _keyed(row)]
     if len(kept) == len(lines):
         return 0
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(b"".join(kept))
-    tmp.replace(path)  # a reader sees the file shrink and reads it again from the start (feed.JsonlTail)
+    write_text_atomic(path, b"".join(kept))  # a reader sees the file shrink and reads it again from the start (feed.JsonlTail)
     return len(lines) - len(kept)
 
 

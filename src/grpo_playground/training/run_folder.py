@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from grpo_playground import run_layout
-from grpo_playground.contracts.metrics import decode_record, encode_record, jsonable
+from grpo_playground.contracts.metrics import encode_record, jsonable, read_records
 from grpo_playground.contracts.process import write_json_atomic
 from grpo_playground.contracts.layout import STOP_FILE
 from grpo_playground.run_layout import read_status, write_status
@@ -63,11 +63,7 @@ class RunFolder:
             f.write(encode_record(record))
 
     def read_jsonl(self, name: str) -> list[dict]:
-        path = self.path / name
-        if not path.is_file():
-            return []
-        rows = map(decode_record, path.read_text(encoding="utf-8").splitlines())
-        return [row for row in rows if row is not None]  # None: a line cut by a kill; the rest is kept
+        return read_records(self.path / name)
 
     def write_json(self, name: str, value: dict) -> None:
         if not self.writer:

@@ -45,6 +45,7 @@ from grpo_playground.tags import DEFAULT_TAGS, Tags, system_prompt
 from grpo_playground.ui.chat_scores import ReplyScores
 from grpo_playground.ui.public_paths import public_api
 from grpo_playground.ui.request_limits import visitor_of_request
+from grpo_playground.ui.user_errors import as_user_error
 
 SLOTS = 3
 MAX_INPUT_CHARS = 4000
@@ -320,10 +321,8 @@ def chat(message: str, gold: str, model_1: str, model_2: str, model_3: str, temp
 
 
 def restart_backends(model_1: str, model_2: str, model_3: str, token: str = "") -> str:
-    try:
+    with as_user_error(PermissionError):
         check_owner(token, "restarting the chat servers")  # a stranger could otherwise cycle 400 MB loads
-    except PermissionError as exc:
-        raise gr.Error(str(exc), print_exception=False) from None
     known = {t.key: t for t in discover_targets()}
     for key in (model_1, model_2, model_3):
         if key in known:

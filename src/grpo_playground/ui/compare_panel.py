@@ -26,7 +26,7 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
-from grpo_playground.config import ConfigError, load_recipe
+from grpo_playground.config import load_recipe
 from grpo_playground.jobs import list_runs, run_path
 from grpo_playground.experiments.plan import ComparisonPlan, form_fields
 from grpo_playground.experiments.progress import SCORED
@@ -37,10 +37,10 @@ from grpo_playground.contracts.layout import RECIPE_FILE
 from grpo_playground.contracts.shipped import RECIPES_DIR, shipped_recipes
 from grpo_playground.step_timing import clock
 from grpo_playground.ui.public_paths import public_api
+from grpo_playground.ui.user_errors import as_user_error
 
 POLL_S = 3.0
 START_ACTION = "starting, stopping or resuming a comparison"
-USER_ERRORS = (ValueError, PermissionError, FileNotFoundError, RuntimeError, ConfigError)
 PLAN = ComparisonPlan()  # the defaults the form starts from
 FORM = form_fields()  # the form's inputs after the recipe and the token, in this order
 
@@ -247,28 +247,22 @@ def view(selected: str | None, shown: dict | None):
 
 
 def run_start(recipe, token, *values):
-    try:
+    with as_user_error():
         state = start(recipe, token, *values)
-    except USER_ERRORS as error:
-        raise gr.Error(str(error), print_exception=False) from None
     return gr.Dropdown(choices=list_comparisons(), value=state["id"])
 
 
 def run_resume(selected, token):
-    try:
+    with as_user_error():
         check_owner(token, START_ACTION)
         state = resume_comparison(selected)
-    except USER_ERRORS as error:
-        raise gr.Error(str(error), print_exception=False) from None
     return gr.Dropdown(choices=list_comparisons(), value=state["id"])
 
 
 def run_stop(selected, token) -> str:
-    try:
+    with as_user_error():
         check_owner(token, START_ACTION)
         return stop_comparison(selected)
-    except USER_ERRORS as error:
-        raise gr.Error(str(error), print_exception=False) from None
 
 
 def api_start(recipe: str, minutes: float = PLAN.minutes, n_worked: int = PLAN.n_worked,
@@ -280,30 +274,24 @@ def api_start(recipe: str, minutes: float = PLAN.minutes, n_worked: int = PLAN.n
     generator ("") or a gsm8k:PATH.jsonl file each; its state, without the log. The parameters are the plan's fields
     (named for gradio_client; tests/test_compare.py checks they are FORM's)."""
     plan = {name: value for name, value in locals().items() if name in FORM}
-    try:
+    with as_user_error():
         state = start(recipe, token, *(plan[name] for name in FORM))
-    except USER_ERRORS as error:
-        raise gr.Error(str(error), print_exception=False) from None
     return {k: v for k, v in state.items() if k != "log"}
 
 
 def api_resume(comparison_id: str, token: str = "") -> dict:
     """Resume a stopped or cut comparison from the steps it finished; its state, without the log."""
-    try:
+    with as_user_error():
         check_owner(token, START_ACTION)
         state = resume_comparison(comparison_id)
-    except USER_ERRORS as error:
-        raise gr.Error(str(error), print_exception=False) from None
     return {k: v for k, v in state.items() if k != "log"}
 
 
 def api_status(comparison_id: str = "") -> dict:
     """A comparison's state (the newest when the id is empty): steps, result; {} when none has run."""
     ids = list_comparisons()
-    try:
+    with as_user_error():
         return comparison_state(comparison_id or ids[0]) if comparison_id or ids else {}
-    except USER_ERRORS as error:
-        raise gr.Error(str(error), print_exception=False) from None
 
 
 def create_compare_panel() -> dict:

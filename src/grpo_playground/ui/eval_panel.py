@@ -28,6 +28,7 @@ from grpo_playground.owner import check_owner, owner_token_required
 from grpo_playground.serving import vllm_unavailable_reason
 from grpo_playground.ui import eval_chart
 from grpo_playground.ui.public_paths import public_api
+from grpo_playground.ui.user_errors import as_user_error
 
 MAX_N = 2000
 MAX_BATCH_SIZE, MIN_NEW_TOKENS, MAX_NEW_TOKENS = 128, 16, 2048
@@ -112,7 +113,7 @@ def backend_choices() -> list[str]:
 
 def run_evals(checkpoints, data, n, batch_size, max_new_tokens, token, backend="transformers") -> str:
     """Start the evaluation job (returns at once; the timer shows its progress in the status); what started."""
-    try:
+    with as_user_error():
         check_owner(token)
         if backend not in backend_choices():
             raise ValueError(f"backend {backend!r} cannot run here: use one of {', '.join(backend_choices())}")
@@ -136,15 +137,11 @@ def run_evals(checkpoints, data, n, batch_size, max_new_tokens, token, backend="
         state = start_eval_job(models, data, n, batch_size, max_new_tokens, backend)
         return (f"Started evaluating {len(state['items'])} checkpoint(s) on {n} examples of `{data}` with "
                 f"{backend}: each one's progress shows below.")
-    except (ValueError, PermissionError, FileNotFoundError, RuntimeError) as error:
-        raise gr.Error(str(error), print_exception=False) from None
 
 
 def stop_eval(token: str | None = None) -> str:
-    try:
+    with as_user_error(PermissionError):
         check_owner(token)
-    except PermissionError as error:
-        raise gr.Error(str(error), print_exception=False) from None
     return stop_eval_job()
 
 

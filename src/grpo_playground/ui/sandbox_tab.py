@@ -42,6 +42,7 @@ from grpo_playground.tags import DEFAULT_TAGS, Tags
 from grpo_playground.ui.request_limits import visitor_of_request
 from grpo_playground.ui.sandbox_input import MAX_PASTE_CHARS, join_group, read_completions_file, split_group
 from grpo_playground.ui.sandbox_render import render_details, render_report
+from grpo_playground.ui.user_errors import as_user_error
 
 NAMES = list(REWARDS)
 _W = "<start_working_out>6 x 7 = 42<end_working_out>"
@@ -56,11 +57,6 @@ EXAMPLE_GROUP = [
 EXAMPLE_ANSWER = "42"
 MAX_COMPLETION_TOKENS = 131072  # grpo.max_completion_length's own bound
 SCORE_CONCURRENCY = 16  # score events at once; most finish in milliseconds, a few may wait seconds on a checker
-
-
-def load_group_into_sandbox(completions: list[str], answer: str) -> tuple[str, str]:
-    """Values for the sandbox's (completions, answer) components, e.g. a sampled group from a run."""
-    return join_group([str(c) for c in completions]), str(answer)
 
 
 def _custom_scores(code: str, completions: list[str], answer: str) -> list[float] | None:
@@ -209,10 +205,8 @@ def _frame(group: GroupScore) -> pd.DataFrame:
 @_named_inputs
 def score_table(*inputs) -> pd.DataFrame:
     """The `score` API: the table, or a gr.Error whose message says what to fix."""
-    try:
+    with as_user_error(ValueError):
         group, _ = compute(*inputs)
-    except ValueError as exc:
-        raise gr.Error(str(exc)) from None
     return _frame(group)
 
 
@@ -232,10 +226,8 @@ def score_view(*inputs):
 def upload_file(path):
     if not path:
         return gr.update(), gr.update()
-    try:
+    with as_user_error((ValueError, OSError)):
         completions, answer = read_completions_file(path)
-    except (ValueError, OSError) as exc:
-        raise gr.Error(str(exc)) from None
     return join_group(completions), answer if answer is not None else gr.update()
 
 

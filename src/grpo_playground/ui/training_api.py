@@ -13,22 +13,13 @@ from __future__ import annotations
 import functools
 import inspect
 
-import gradio as gr
-
 from grpo_playground import jobs
-from grpo_playground.config import ConfigError
 from grpo_playground.jobs.data_preview import run_preview
 from grpo_playground.jobs.exports import export_state, start_export
 from grpo_playground.jobs.scale_outs import scale_out_state, start_scale_out
 from grpo_playground.owner import check_owner
 from grpo_playground.ui.config_form import config_from_yaml_text
-
-USER_ERRORS = (ConfigError, ValueError, PermissionError, RuntimeError, FileNotFoundError)
-
-
-def user_error(exc: Exception) -> gr.Error:
-    return gr.Error(str(exc), print_exception=False)
-
+from grpo_playground.ui.user_errors import as_user_error, user_error
 
 # what a script may send for each annotated parameter (the API passes values as sent: a null reached int(None))
 KINDS = {"str": (lambda v: isinstance(v, str), "text"),
@@ -51,10 +42,8 @@ def _api(fn):
             accepts, kind = KINDS.get(parameter.annotation, (None, None))
             if accepts and not accepts(value):
                 raise user_error(ValueError(f"{name} must be {kind}, not {type(value).__name__}"))
-        try:
+        with as_user_error():
             return fn(*bound.args, **bound.kwargs)
-        except USER_ERRORS as exc:
-            raise user_error(exc) from None
     return endpoint
 
 

@@ -23,7 +23,7 @@ from grpo_playground.jobs.data_preview import run_preview
 from grpo_playground.owner import check_owner, owner_token_required
 from grpo_playground.ui.config_form import FormField, build_form, config_from_values, form_problems, values_from_config
 from grpo_playground.ui.data_preview import PreviewPart, build_preview, error_html, preview_html
-from grpo_playground.ui.training_api import USER_ERRORS, user_error
+from grpo_playground.ui.user_errors import USER_ERRORS, as_user_error, user_error
 
 START_ID = "training-start"  # the skip link (ui/skip_link.py) moves the focus here
 DEFAULT_RECIPE = "quick"  # the whole story (SFT, pre-flight, GRPO) in minutes on 2 CPU cores
@@ -170,11 +170,9 @@ def wire_form(part: FormPart, started: list, on_start) -> None:
         return "Recipe is valid." + budget_note(config), cli_for_recipe(file, stage_value, edits)
 
     def save_form(token_value, *values):
-        try:
+        with as_user_error():
             check_owner(token_value, "saving a recipe file")  # a stranger's click writes nothing to disk
             config = config_from_values(specs, list(values))
-        except USER_ERRORS as exc:
-            raise user_error(exc) from None
         # In Gradio's temp folder: served from there as it is, and deleted with it (Blocks(delete_cache=...)).
         folder = Path(get_upload_folder())
         folder.mkdir(parents=True, exist_ok=True)
@@ -192,10 +190,8 @@ def wire_form(part: FormPart, started: list, on_start) -> None:
                            print_exception=False) from None
         except USER_ERRORS as exc:
             raise user_error(exc) from None
-        try:
+        with as_user_error():
             info = jobs.start_run(config, stage_value, token_value)
-        except USER_ERRORS as exc:
-            raise user_error(exc) from None
         return on_start(info)
 
     def preview_data(stage_value, token_value, *values):

@@ -11,6 +11,7 @@ from grpo_playground.config import load_recipe
 from grpo_playground.contracts.layout import RECIPE_FILE
 from grpo_playground.rewards import one_group_scale
 from grpo_playground.ui import run_views
+from grpo_playground.ui.sandbox_input import join_group
 from grpo_playground.ui.sandbox_tab import KNOB_NAMES, SandboxInputs
 
 # The table scrolls inside its own box: a 2,000-character completion no longer stretches the page (a cell shows its
@@ -57,14 +58,14 @@ def sandbox_settings(run_id: str | None) -> dict | None:
 
 
 def link_to_sandbox(samples: SamplesPart, view: gr.State, sandbox: SandboxInputs, tabs: gr.Tabs) -> None:
-    """'Open this group in the Reward sandbox': the latest sample group's completions (joined with
-    "\\n---\\n") and answer go to the sandbox's boxes, with the run's rewards, weights, tags and scaling,
+    """'Open this group in the Reward sandbox': the latest sample group's completions (sandbox_input.join_group)
+    and answer go to the sandbox's boxes, with the run's rewards, weights, tags and scaling,
     and the sandbox tab (id "sandbox" of `tabs`) is selected."""
     def open_group(view_value):
         group = latest_group(view_value)
         if group is None:
             raise gr.Error("no sample group yet: GRPO writes one at each logging step")
-        out = {sandbox.completions: "\n---\n".join(str(c) for c in group.get("completions") or []),
+        out = {sandbox.completions: join_group([str(c) for c in group.get("completions") or []]),
                sandbox.answer: str(group.get("answer", "")), tabs: gr.Tabs(selected="sandbox")}
         settings = sandbox_settings((view_value or {}).get("run_id"))
         if settings is not None:
