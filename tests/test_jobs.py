@@ -275,7 +275,8 @@ def test_a_run_of_an_earlier_version_is_listed_and_stopped(runs):
     write_status(run_dir, state="running", pid=launcher.pid)
     [info] = list_runs()
     assert (info.state, info.stage, info.job["pid"]) == ("running", "sft", launcher.pid)
-    assert stop_run(run_dir.name).state == "stopping"
+    # this stand-in stops as soon as SIGTERM arrives: by the time stop_run reads the state back it may be done
+    assert stop_run(run_dir.name).state in ("stopping", "stopped")
     assert launcher.wait(timeout=20) == 0
     assert state(run_dir) == "stopped"
 
