@@ -176,6 +176,7 @@ def _zombie(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] == "Z"
 
 
+@pytest.mark.slow  # a llama.cpp server and a checker as children (3.8 s alone, 13.8 s under load)
 def test_chat_servers_and_checkers_get_no_secret(monkeypatch):
     # Their /proc/<pid>/environ stays readable to same-user processes (unlike the non-dumpable app's).
     from grpo_playground.models import MODELS, gguf_path
