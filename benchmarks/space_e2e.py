@@ -305,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-backends", default=None, help="comma list (default: vllm,transformers with --gpu, else transformers)")
     parser.add_argument("--compare-minutes", type=float, default=0.1)
     parser.add_argument("--compare-recipe", default=None, help="default: recipe:<the recipe's name>")
+    parser.add_argument("--compare-plan", default="40,200,40,10,3,0.5", metavar="W,A,HELD_OUT,STEPS,ROUNDS,FORMAT",
+                        help="the comparison's worked examples, answers, held-out problems, SFT steps a round, "
+                             "rounds at most and format target, as the panel's fields")
     parser.add_argument("--skip", default="", help="comma list of steps to leave out (export, chat, restart, eval, compare)")
     parser.add_argument("--timeout", type=float, default=1200, help="seconds a training, export, eval or comparison may take")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "space_e2e_cpu.json")
@@ -500,8 +503,9 @@ def _drive(rec: Recorder, app: App, token: str, ctx: dict, args, skip: set[str],
     if "compare" not in skip:
         def compare():
             recipe = args.compare_recipe or f"recipe:{args.recipe.stem}"
-            started = client.predict(recipe, args.compare_minutes, 40, 200, 40, "1-2", 10, 3, 0.5, token,
-                                     api_name="/compare_start")
+            n_worked, n_answers, n_eval, round_steps, rounds, target = args.compare_plan.split(",")
+            started = client.predict(recipe, args.compare_minutes, int(n_worked), int(n_answers), int(n_eval), "1-2",
+                                     int(round_steps), int(rounds), float(target), token, api_name="/compare_start")
             state = wait_for("the comparison", lambda: client.predict(started.get("id", ""), api_name="/compare_status"),
                              lambda s: s.get("state") not in ("running", "waiting"), args.timeout, 3)
             if state.get("state") != "finished":

@@ -59,13 +59,41 @@ TIER_NAMES = ("slow", "browser", "app")
 FAST_LIMIT_S = float(os.environ.get("GRPO_PLAYGROUND_FAST_TEST_S", "5"))
 
 
-@pytest.hookimpl(tryfirst=True)  # before -m deselects by these marks
-def pytest_collection_modifyitems(items):
+# --- parallel workers (pytest-xdist, the README's full command: -n 2 --dist loadgroup) --------------------------------
+
+# A session fixture that trains is built once per worker: the tests that read it share one worker, with it.
+SHARED_RUNS = ("finished_comparison",)
+# The longest work units (a file, or a SHARED_RUNS group), longest first, measured on 2 cores (JUnit of a full run):
+# handed out first, they run beside each other and the short files fill in around them, instead of one of them
+# starting last and running alone. The others follow in collection order.
+LONGEST_FIRST = ("tests/browser/test_quick_browser.py", "tests/test_space_e2e.py", "tests/test_export.py",
+                 "tests/test_train_cli.py", "tests/test_seed_regime.py", "finished_comparison",
+                 "tests/browser/test_e2e_flow.py", "tests/test_resume.py", "tests/test_training_tab.py")
+
+
+def work_unit(item) -> str:
+    """A test's unit: the shared run it reads (on the worker that built it), else its file (module fixtures are
+    built once)."""
+    return next((name for name in SHARED_RUNS if name in item.fixturenames), item.nodeid.split("::")[0])
+
+
+def pytest_configure(config):
+    if config.getoption("dist", "no") == "loadgroup":
+        config.option.loadscopereorder = False  # LONGEST_FIRST orders the units, not xdist's count of their tests
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by these marks, and before xdist reads the groups
+def pytest_collection_modifyitems(config, items):
     for item in items:
         for tier in sorted({TIERS[name] for name in item.fixturenames if name in TIERS}):
             item.add_marker(tier)
         if not any(item.get_closest_marker(tier) for tier in TIER_NAMES):
             item.add_marker("fast")
+    if getattr(config.option, "loadgroup", False):  # an xdist worker: every worker collects the same order
+        rank = {unit: i for i, unit in enumerate(LONGEST_FIRST)}
+        for item in items:
+            item.add_marker(pytest.mark.xdist_group(work_unit(item)))
+        items.sort(key=lambda item: rank.get(work_unit(item), len(rank)))
 
 
 class FirstImports:

@@ -32,6 +32,14 @@ def test_a_reply_that_has_not_begun_has_no_text():
     assert reply_text([]) == "" and reply_text(None) == ""
 
 
+# The quick demo with half its SFT steps and 8 of its GRPO steps, edits in the recipe that /start receives as a user
+# makes them in the form, and a one-round comparison (tests/shared_comparison.py's plan): the same path (SFT,
+# pre-flight, GRPO, stop and resume mid-GRPO, export, chats, evaluation, comparison) in half the time. The demo's own
+# 5-minute promise, every step of it, is timed by tests/browser/test_quick_browser.py.
+SFT_STEPS, GRPO_STEPS = 120, 8
+COMPARE_PLAN = "16,16,8,3,1,0.0"  # worked examples, answers, held-out, SFT steps a round, rounds, format target
+
+
 @pytest.mark.slow
 def test_the_space_end_to_end_through_its_api(tmp_path):
     out = tmp_path / "space_e2e.json"
@@ -39,7 +47,8 @@ def test_the_space_end_to_end_through_its_api(tmp_path):
     env.pop("GRPO_PLAYGROUND_RUNS_DIR", None)  # the data root decides, as on a Space
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.space_e2e", "--out", str(out), "--data-root", str(tmp_path / "data"),
-         "--port", str(free_port()), "--eval-n", "8", "--compare-minutes", "0.1", "--timeout", "900"],
+         "--port", str(free_port()), "--set", f"sft.max_steps={SFT_STEPS}", "--set", f"grpo.max_steps={GRPO_STEPS}",
+         "--eval-n", "8", "--compare-minutes", "0.1", "--compare-plan", COMPARE_PLAN, "--timeout", "900"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     result = json.loads(out.read_text())
     steps = {s["step"]: s for s in result["steps"]}
@@ -54,8 +63,9 @@ def test_the_space_end_to_end_through_its_api(tmp_path):
     stopped = steps["stop_resume"]["detail"]
     finished = steps["train_finish"]["detail"]
     # the resumed run went on past its stop to the recipe's end (its steps, or grpo.max_minutes on a busy machine)
-    max_steps = load_recipe(RECIPES_DIR / "quick.yaml").grpo.max_steps
-    assert stopped["stage"] == "grpo" and stopped["stopped_at_step"] < finished["grpo_steps"] <= max_steps
+    quick = load_recipe(RECIPES_DIR / "quick.yaml")
+    assert SFT_STEPS < quick.sft.max_steps and GRPO_STEPS < quick.grpo.max_steps  # the edits shorten the demo
+    assert stopped["stage"] == "grpo" and stopped["stopped_at_step"] < finished["grpo_steps"] <= GRPO_STEPS
     assert any(name.endswith(".q8_0.gguf") for name in steps["export"]["detail"]["files"])
     for chat in ("chat", "chat_again", "chat_after_restart"):
         detail = steps[chat]["detail"]

@@ -7,6 +7,7 @@ long fails with the tier to give it (first imports of a library not counted).
 from __future__ import annotations
 
 import os
+import re
 import textwrap
 from pathlib import Path
 
@@ -81,3 +82,37 @@ def test_tiers_come_from_the_fixtures_and_the_rest_is_fast(suite):
 def test_the_limit_can_be_turned_off(suite, monkeypatch):
     monkeypatch.setenv("GRPO_PLAYGROUND_FAST_TEST_S", "0")
     suite.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=6)
+
+
+# tests/shared_comparison.py for the workers (new processes): a session fixture that trains, each build a line in BUILDS
+SHARED_RUN = textwrap.dedent("""
+    import os
+
+    import pytest
+
+
+    @pytest.fixture(scope="session")
+    def finished_comparison():
+        with open(os.environ["BUILDS"], "a") as builds:
+            builds.write("built\\n")
+        return "trained"
+""")
+READS_THE_RUN = "def test_reads(finished_comparison): assert finished_comparison == 'trained'\n"
+
+
+def test_two_workers_train_a_shared_run_once_and_start_the_longest_files_side_by_side(pytester, monkeypatch):
+    if os.environ.get("CI", "").lower() != "true":  # CI runs the suite with it: there, its absence fails here
+        pytest.importorskip("xdist", reason="pytest-xdist is in requirements-test.txt (scripts/install.sh --test)")
+    pytester.makeconftest(CONFTEST.read_text())
+    pytester.makepyfile(shared_comparison=SHARED_RUN, **{f"tests/test_reads_{i}": READS_THE_RUN for i in range(4)},
+                        **{f"tests/test_other_{i}": "def test_other(): pass\n" for i in range(4)})
+    pytester.makepyfile(**{"tests/test_space_e2e": "def test_e2e(): pass\n",
+                           "tests/browser/test_quick_browser": "def test_quick(): pass\n"})
+    builds = pytester.path / "builds.txt"
+    monkeypatch.setenv("BUILDS", str(builds))
+    result = pytester.runpytest("-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup", "-v")
+    result.assert_outcomes(passed=10)
+    assert builds.read_text().splitlines() == ["built"]  # once, not once per worker that reads it
+    worker = {test: gw for gw, test in re.findall(r"\[(gw\d)\] .*PASSED (\S+?)::", result.stdout.str())}
+    assert len({worker[f"tests/test_reads_{i}.py"] for i in range(4)}) == 1
+    assert worker["tests/test_space_e2e.py"] != worker["tests/browser/test_quick_browser.py"]

@@ -26,7 +26,17 @@ pytestmark = pytest.mark.slow  # a real training job, export and llama.cpp serve
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = load_recipe(ROOT / "recipes" / "quick.yaml")
 DEMO_BUDGET_S = 300  # the promise in docs/guide.md: the whole story in at most 5 minutes on 2 CPU cores
+# SFT's and GRPO's time budgets (max_minutes) end them on any machine; the rest of the story (the job's start, model
+# loads, the pre-flight, saves: 20-30 s on 2 idle cores) waits its turn for a core on a busier one (the suite's other
+# worker, other processes), so its share of the promise grows with the load, as the fast tier's wall-time limit does.
+STAGES_S = (QUICK.sft.max_minutes + QUICK.grpo.max_minutes) * 60
 MIN_FORMAT_RATE = 0.9  # after SFT, sampled by the pre-flight (the base model: 0%, docs/tiny_model.md)
+
+
+def demo_limit_s() -> float:
+    """DEMO_BUDGET_S on an idle machine; the part outside the stages' budgets times the load of the last 5 minutes."""
+    busy = max(1.0, os.getloadavg()[1] / (os.cpu_count() or 1))
+    return STAGES_S + (DEMO_BUDGET_S - STAGES_S) * busy
 
 
 def test_quick_recipe_runs_to_the_end_in_five_minutes_then_chats(page, expect, screenshot):
@@ -44,14 +54,16 @@ def test_quick_recipe_runs_to_the_end_in_five_minutes_then_chats(page, expect, s
     # the picker follows the started run (not the previous one), so the views below are this run's
     expect(page.locator("#training-run input")).to_have_value(run_dir.name)
 
-    expect(progress).to_contain_text("stage grpo", timeout=DEMO_BUDGET_S * 1000)
-    page.locator("#training-plot-0 svg.marks").wait_for(timeout=DEMO_BUDGET_S * 1000)
+    wait_ms = 3 * DEMO_BUDGET_S * 1000  # what a hung run gets; the promise is checked once it ended
+    expect(progress).to_contain_text("stage grpo", timeout=wait_ms)
+    page.locator("#training-plot-0 svg.marks").wait_for(timeout=wait_ms)
     screenshot(page, "grpo-running")
-    remaining_ms = max(1, DEMO_BUDGET_S - (time.monotonic() - started)) * 1000
-    expect(progress).to_contain_text(re.compile("finished|failed|stopped"), timeout=remaining_ms)
+    expect(progress).to_contain_text(re.compile("finished|failed|stopped"), timeout=wait_ms)
     elapsed = time.monotonic() - started
     assert "finished" in progress.inner_text(), (progress.inner_text(), (run_dir / "log.txt").read_text()[-3000:])
-    assert elapsed <= DEMO_BUDGET_S, f"the quick recipe took {elapsed:.0f} s, over its {DEMO_BUDGET_S} s promise"
+    limit = demo_limit_s()
+    assert elapsed <= limit, (f"the quick recipe took {elapsed:.0f} s, over its {DEMO_BUDGET_S} s promise "
+                              f"({limit:.0f} s at this machine's load)")
 
     # the story, as the tab shows it: the pre-flight's verdict on the SFT model, in the format >= 90%
     preflight = page.locator("#training-preflight")
