@@ -6,6 +6,7 @@ the queue, exposed routes, numbers that overflow. Each test is one attack of the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -22,6 +23,7 @@ import gradio as gr
 import httpx
 import pytest
 
+from grpo_playground.child_process import free_port
 from grpo_playground.owner import OWNER_TOKEN_ENV
 from grpo_playground.rewards.custom import Limits, _interpret
 from grpo_playground.ui import public_limits, request_limits
@@ -60,6 +62,18 @@ def join(app_url: str, demo, name: str, values: dict[int, object], session: str 
     return httpx.post(f"{app_url}gradio_api/queue/join", timeout=30,
                       headers={"X-Forwarded-For": visitor} if visitor else None,
                       json={"data": data, "fn_index": index, "session_hash": session or uuid.uuid4().hex})
+
+
+@contextlib.contextmanager
+def served(demo):
+    """`demo` served as the Space serves the app (its queue and launch settings) on a free port: its URL."""
+    public_limits.configure_queue(demo)
+    port = free_port()
+    demo.launch(server_port=port, prevent_thread_lock=True, quiet=True, **public_limits.launch_settings())
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()
 
 
 def raw_headers(app_url: str, path: str, headers: str) -> str:
@@ -204,30 +218,26 @@ def test_one_letter_tags_cannot_buy_seconds_of_server_time(client):
 def test_a_full_group_leaves_other_events_their_room(monkeypatch):
     # Before: one queue size for all events: 16 slow scoring requests and 70 cheap ones filled it, and then every
     # event of every user (timers, the owner's Start) got 503 "Queue is full".
-    from grpo_playground.child_process import free_port
-
     release = threading.Event()
     with gr.Blocks() as demo:
         box = gr.Textbox()
         gr.Button().click(lambda x: release.wait(60) and x, box, box, api_name="slow", concurrency_id="score",
                           concurrency_limit=1)
         gr.Button().click(lambda x: x.upper(), box, box, api_name="fast")
-    public_limits.configure_queue(demo)
-    port = free_port()
-    demo.launch(server_port=port, prevent_thread_lock=True, quiet=True, **public_limits.launch_settings())
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        slow = [join(url, demo, "slow", {0: "x"}, visitor=f"10.0.1.{i}").status_code for i in range(MIN_WAITING + 8)]
-        assert slow.count(503) >= 6 and slow.count(200) <= MIN_WAITING + 2  # the slow group is bounded on its own
-        session = uuid.uuid4().hex
-        assert join(url, demo, "fast", {0: "owner"}, session=session).status_code == 200
-        with httpx.stream("GET", f"{url}gradio_api/queue/data", params={"session_hash": session}, timeout=30) as events:
-            done = next(json.loads(line[5:]) for line in events.iter_lines()
-                        if line.startswith("data:") and "process_completed" in line)
-        assert done["output"]["data"] == ["OWNER"]
-    finally:
-        release.set()
-        demo.close()
+    with served(demo) as url:
+        try:
+            slow = [join(url, demo, "slow", {0: "x"}, visitor=f"10.0.1.{i}").status_code
+                    for i in range(MIN_WAITING + 8)]
+            assert slow.count(503) >= 6 and slow.count(200) <= MIN_WAITING + 2  # the slow group is bounded on its own
+            session = uuid.uuid4().hex
+            assert join(url, demo, "fast", {0: "owner"}, session=session).status_code == 200
+            with httpx.stream("GET", f"{url}gradio_api/queue/data", params={"session_hash": session},
+                              timeout=30) as events:
+                done = next(json.loads(line[5:]) for line in events.iter_lines()
+                            if line.startswith("data:") and "process_completed" in line)
+            assert done["output"]["data"] == ["OWNER"]
+        finally:
+            release.set()
 
 
 def test_a_visitor_over_its_share_of_a_group_is_refused_and_waits_behind_lighter_visitors():
@@ -235,7 +245,6 @@ def test_a_visitor_over_its_share_of_a_group_is_refused_and_waits_behind_lighter
     # /score requests from two addresses kept the scoring group full and 94% of fifty honest visitors' requests got
     # 503 (benchmarks/http_load.py). Now one visitor holds at most MAX_EVENTS_PER_VISITOR of a shared group, and a
     # free slot goes to the visitor who held the group's slots least lately.
-    from grpo_playground.child_process import free_port
     from grpo_playground.ui.fair_queue import MAX_EVENTS_PER_VISITOR
 
     release, order = threading.Event(), []
@@ -248,34 +257,28 @@ def test_a_visitor_over_its_share_of_a_group_is_refused_and_waits_behind_lighter
     with gr.Blocks() as demo:
         box = gr.Textbox()
         gr.Button().click(slow, box, box, api_name="slow", concurrency_id="score", concurrency_limit=1)
-    public_limits.configure_queue(demo)
-    port = free_port()
-    demo.launch(server_port=port, prevent_thread_lock=True, quiet=True, **public_limits.launch_settings())
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        flood = [join(url, demo, "slow", {0: f"flood-{i}"}, visitor="10.0.0.66")
-                 for i in range(MAX_EVENTS_PER_VISITOR + 3)]
-        assert [answer.status_code for answer in flood] == [200] * MAX_EVENTS_PER_VISITOR + [429] * 3
-        assert "from your address" in flood[-1].text
-        assert join(url, demo, "slow", {0: "honest"}, visitor="10.0.0.7").status_code == 200  # another gets in
-        time.sleep(0.5)  # the flood's first event holds the slot, its others and the honest one wait
-        release.set()
-        deadline = time.monotonic() + 30
-        while len(order) < MAX_EVENTS_PER_VISITOR + 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        # the honest request, last to arrive, runs before the flood's waiting ones: it has held no slot lately
-        assert order[:2] == ["flood-0", "honest"], order
-    finally:
-        release.set()
-        demo.close()
+    with served(demo) as url:
+        try:
+            flood = [join(url, demo, "slow", {0: f"flood-{i}"}, visitor="10.0.0.66")
+                     for i in range(MAX_EVENTS_PER_VISITOR + 3)]
+            assert [answer.status_code for answer in flood] == [200] * MAX_EVENTS_PER_VISITOR + [429] * 3
+            assert "from your address" in flood[-1].text
+            assert join(url, demo, "slow", {0: "honest"}, visitor="10.0.0.7").status_code == 200  # another gets in
+            time.sleep(0.5)  # the flood's first event holds the slot, its others and the honest one wait
+            release.set()
+            deadline = time.monotonic() + 30
+            while len(order) < MAX_EVENTS_PER_VISITOR + 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            # the honest request, last to arrive, runs before the flood's waiting ones: it has held no slot lately
+            assert order[:2] == ["flood-0", "honest"], order
+        finally:
+            release.set()
 
 
 def test_slow_visitors_leave_a_quarter_of_a_groups_slots_to_quick_ones():
     # Before: 16 addresses each sending one backtracking group (a slot held for seconds) kept every scoring slot, and
     # honest requests waited seconds for one to free. Now the last quarter of a shared group's slots goes only to a
     # visitor whose events lately held a slot less than 0.5 s on average.
-    from grpo_playground.child_process import free_port
-
     release = threading.Event()
 
     def work(x):
@@ -286,24 +289,21 @@ def test_slow_visitors_leave_a_quarter_of_a_groups_slots_to_quick_ones():
     with gr.Blocks() as demo:
         box = gr.Textbox()
         gr.Button().click(work, box, box, api_name="work", concurrency_id="score", concurrency_limit=4)
-    public_limits.configure_queue(demo)
-    port = free_port()
-    demo.launch(server_port=port, prevent_thread_lock=True, quiet=True, **public_limits.launch_settings())
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        for visitor in ("10.0.2.1", "10.0.2.2", "10.0.2.3"):  # three slow requests hold three of the four slots
-            assert join(url, demo, "work", {0: "slow"}, visitor=visitor).status_code == 200
-        time.sleep(1.0)  # their visitors are slow now: their events have held a slot over 0.5 s
-        assert join(url, demo, "work", {0: "slow again"}, visitor="10.0.2.1").status_code == 200  # waits
-        session = uuid.uuid4().hex
-        assert join(url, demo, "work", {0: "honest"}, session=session, visitor="10.0.0.7").status_code == 200
-        with httpx.stream("GET", f"{url}gradio_api/queue/data", params={"session_hash": session}, timeout=30) as events:
-            done = next(json.loads(line[5:]) for line in events.iter_lines()
-                        if line.startswith("data:") and "process_completed" in line)
-        assert done["output"]["data"] == ["honest"] and not release.is_set()  # served while the slow ones still run
-    finally:
-        release.set()
-        demo.close()
+    with served(demo) as url:
+        try:
+            for visitor in ("10.0.2.1", "10.0.2.2", "10.0.2.3"):  # three slow requests hold three of the four slots
+                assert join(url, demo, "work", {0: "slow"}, visitor=visitor).status_code == 200
+            time.sleep(1.0)  # their visitors are slow now: their events have held a slot over 0.5 s
+            assert join(url, demo, "work", {0: "slow again"}, visitor="10.0.2.1").status_code == 200  # waits
+            session = uuid.uuid4().hex
+            assert join(url, demo, "work", {0: "honest"}, session=session, visitor="10.0.0.7").status_code == 200
+            with httpx.stream("GET", f"{url}gradio_api/queue/data", params={"session_hash": session},
+                              timeout=30) as events:
+                done = next(json.loads(line[5:]) for line in events.iter_lines()
+                            if line.startswith("data:") and "process_completed" in line)
+            assert done["output"]["data"] == ["honest"] and not release.is_set()  # served while the slow ones still run
+        finally:
+            release.set()
 
 
 def test_slow_visitors_waiting_cannot_fill_the_places_of_quick_ones():
@@ -342,7 +342,6 @@ def test_the_page_config_is_built_once_per_address_not_per_request(monkeypatch):
     from concurrent.futures import ThreadPoolExecutor
 
     import gradio.route_utils
-    from grpo_playground.child_process import free_port
 
     builds = []
     rewrite = gradio.route_utils.update_root_in_config
@@ -354,11 +353,8 @@ def test_the_page_config_is_built_once_per_address_not_per_request(monkeypatch):
     monkeypatch.setattr(gradio.route_utils, "update_root_in_config", counted)
     with gr.Blocks() as demo:
         gr.Textbox("hello", label="box")
-    public_limits.configure_queue(demo)
-    port = free_port()
-    demo.launch(server_port=port, prevent_thread_lock=True, quiet=True, **public_limits.launch_settings())
-    url = f"http://127.0.0.1:{port}/config"
-    try:
+    with served(demo) as root:
+        url = f"{root}config"
         builds.clear()  # launch's own calls
         with ThreadPoolExecutor(16) as pool:
             answers = list(pool.map(lambda _: httpx.get(url, timeout=30), range(48)))
@@ -372,8 +368,6 @@ def test_the_page_config_is_built_once_per_address_not_per_request(monkeypatch):
         # the page itself embeds the same config: built once too (get_page_config copies it)
         pages = [httpx.get(url.removesuffix("config"), timeout=30) for _ in range(3)]
         assert len({page.content for page in pages}) == 1 and b"hello" in pages[0].content and len(builds) == 3
-    finally:
-        demo.close()
 
 
 def test_the_apps_shared_groups_are_the_ones_the_deploy_guide_names(app_url):
