@@ -16,6 +16,7 @@ import tempfile
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -328,7 +329,10 @@ def test_slow_visitors_waiting_cannot_fill_the_places_of_quick_ones():
     async def run_once_each():
         await asyncio.gather(*(queue.process_events([SimpleNamespace(visitor=v)], False, 0, fn) for v in slow))
 
-    asyncio.run(run_once_each())  # each slow visitor's event held a slot 0.6 s
+    # each slow visitor's event held a slot 0.6 s; in a thread of its own: a browser test earlier on this worker
+    # leaves Playwright's event loop running in the main thread, where asyncio.run refuses to start
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, run_once_each()).result()
     group.queue = [SimpleNamespace(visitor=visitor) for visitor in slow]  # then each waits with another
     assert fair.crowded(fn, slow[0], 16)  # the slow visitors' places are full
     assert not fair.crowded(fn, "10.0.0.7", 16)  # a visitor new to the group (quick) still has its own
@@ -339,8 +343,6 @@ def test_the_page_config_is_built_once_per_address_not_per_request(monkeypatch):
     # (~50 ms of CPU, 0.45 MB for the app): 64 threads fetching it from two addresses kept every thread busy and
     # honest scoring requests waited minutes (benchmarks/http_load.py). Now it is built once per address the page
     # is reached at, and replayed.
-    from concurrent.futures import ThreadPoolExecutor
-
     import gradio.route_utils
 
     builds = []
