@@ -108,8 +108,8 @@ class RunSpec:
         budget = f"_b{self.budget_gib:g}" if self.budget_gib is not None else ""
         base = f"_{Path(self.recipe).stem}" if self.recipe else ""
         stage = "_sft" if self.stage == "sft" else ""
-        return (f"{Path(self.model).name}{base}{stage}_{self.mode}_L{self.completion}_p{self.prompts}_g{self.num_gpus}"
-                f"{share}{budget}")
+        return (f"{Path(self.model).name}{base}{stage}_{self.mode}_L{self.completion}_p{self.prompts}"
+                f"_g{self.num_gpus}{share}{budget}")
 
 
 # ---------------------------------------------------------------------------------------------- models
@@ -267,11 +267,12 @@ SFT_ROWS = 64  # rows of the SFT timing's file: more than any SFT row spec steps
 def sft_rows_file(path: Path) -> Path:
     """Worked solutions longer than any recipe's sft.max_length (2048 tokens): every SFT step trains a full-length row,
     as the seed's OpenMathReasoning rows near the cap do, so the peak is the stage's worst (the hub is out of reach)."""
-    lines = [" ".join(f"Step {k}: {i} * {k} = {i * k}, so the running total is {i * k * (k + 1) // 2}." for k in range(1, 160))
-             for i in range(2, 2 + SFT_ROWS)]
+    lines = [" ".join(f"Step {k}: {i} * {k} = {i * k}, so the running total is {i * k * (k + 1) // 2}."
+                      for k in range(1, 160)) for i in range(2, 2 + SFT_ROWS)]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps({"problem": f"Add up {i} times each of 1 to 159.", "expected_answer": str(i * 12720),
-                                        "generated_solution": text}) + "\n" for i, text in enumerate(lines, 2)))
+    path.write_text("".join(json.dumps({"problem": f"Add up {i} times each of 1 to 159.",
+                                        "expected_answer": str(i * 12720), "generated_solution": text}) + "\n"
+                            for i, text in enumerate(lines, 2)))
     return path
 
 
@@ -414,7 +415,8 @@ def run_one(spec: RunSpec, out: Path, models_dir: Path | None, gpus: str, timeou
     result = {"label": spec.label, **asdict(spec), "mode_label": label, "gpus": gpus, "returncode": returncode,
               # a killed job's status.json still says "running"
               "state": "timeout" if timed_out else status.get("state", "unknown"),
-              "reason": status.get("reason", ""), "wall_s": round(wall, 1), **summarize(metrics, spec.num_gpus, stage=spec.stage)}
+              "reason": status.get("reason", ""), "wall_s": round(wall, 1),
+              **summarize(metrics, spec.num_gpus, stage=spec.stage)}
     used = [int(i) for i in gpus.split(",") if i.strip().isdigit()]
     if peaks and used:
         result["smi_peak_gib"] = round(max(peaks.get(i, 0) for i in used) / 1024, 2)

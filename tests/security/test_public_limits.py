@@ -65,6 +65,13 @@ def join(app_url: str, demo, name: str, values: dict[int, object], session: str 
                       json={"data": data, "fn_index": index, "session_hash": session or uuid.uuid4().hex})
 
 
+def scoring_button(fn, api_name: str, limit: int) -> gr.Blocks:
+    """A one-button app whose event joins the shared scoring group with `limit` slots."""
+    with gr.Blocks() as demo:
+        box = gr.Textbox()
+        gr.Button().click(fn, box, box, api_name=api_name, concurrency_id="score", concurrency_limit=limit)
+    return demo
+
 @contextlib.contextmanager
 def served(demo):
     """`demo` served as the Space serves the app (its queue and launch settings) on a free port: its URL."""
@@ -255,9 +262,7 @@ def test_a_visitor_over_its_share_of_a_group_is_refused_and_waits_behind_lighter
         order.append(x)
         return x
 
-    with gr.Blocks() as demo:
-        box = gr.Textbox()
-        gr.Button().click(slow, box, box, api_name="slow", concurrency_id="score", concurrency_limit=1)
+    demo = scoring_button(slow, "slow", 1)
     with served(demo) as url:
         try:
             flood = [join(url, demo, "slow", {0: f"flood-{i}"}, visitor="10.0.0.66")
@@ -287,9 +292,7 @@ def test_slow_visitors_leave_a_quarter_of_a_groups_slots_to_quick_ones():
             release.wait(60)
         return x
 
-    with gr.Blocks() as demo:
-        box = gr.Textbox()
-        gr.Button().click(work, box, box, api_name="work", concurrency_id="score", concurrency_limit=4)
+    demo = scoring_button(work, "work", 4)
     with served(demo) as url:
         try:
             for visitor in ("10.0.2.1", "10.0.2.2", "10.0.2.3"):  # three slow requests hold three of the four slots
