@@ -19,6 +19,7 @@ W=/tmp/bench; mkdir -p $W
 B="python3 -m benchmarks.gpu_grpo"
 SPEED_DIR=$W/grpo_speed; mkdir -p $SPEED_DIR  # issue 24's runs
 ROLL="python3 -m benchmarks.vllm_rollout"
+WAIT_VLLM="while [ ! -f /tmp/dev/done.vllm ]; do sleep 5; done"  # its last bundle part unpacked (device_setup.sh)
 WAIT_SHAPES="while [ -f $W/shapes.log ] && [ ! -f $W/shapes.done ]; do sleep 2; done"  # the shapes step, if started
 SEED="python3 -m grpo_playground.experiments.seed_regime --recipe benchmarks/recipes/smollm2_seed_regime_gpu.yaml \
   --worked 'generator:train?levels=1-2' --answers 'generator:train?levels=1-2' --eval-data 'generator:test?levels=1-2' \
@@ -109,9 +110,10 @@ torch.cuda.device_count())"; } > $W/env.txt 2>&1; grep -v "^|" $W/env.txt | tail
     # issue 35's second lease: every shipped Qwen3 recipe as shipped, SFT and GRPO (gpu_grpo's `recipes` suite); start
     # it in the first call, after `shapes` with SHAPES="qwen3-8b-shape qwen3-1.7b-shape qwen3-4b-shape qwen3-0.6b-shape":
     # its SFT rows need only the base bundle, its GRPO rows come after them, once vLLM's parts have arrived
-    grpo-recipes) background grpo-recipes "$WAIT_SHAPES; $B models --out $W/models --shapes qwen3-8b-shape qwen3-1.7b-shape \
-      qwen3-4b-shape qwen3-0.6b-shape; $B suite recipes --models $W/models --gpus 0 --out $SPEED_DIR --timeout 600 \
-      --deadline ${BUDGET_S:-1500}" ;;
+    # (SUITE=recipes-grpo: its GRPO rows alone, which wait for vLLM's bundle to be unpacked)
+    grpo-recipes) background grpo-recipes "$WAIT_SHAPES; $B models --out $W/models --shapes ${SHAPES:-qwen3-8b-shape \
+      qwen3-1.7b-shape qwen3-4b-shape qwen3-0.6b-shape}; $([ "${SUITE:-recipes}" = recipes-grpo ] && echo "$WAIT_VLLM;") \
+      $B suite ${SUITE:-recipes} --models $W/models --gpus 0 --out $SPEED_DIR --timeout 600 --deadline ${BUDGET_S:-1500}" ;;
     wait-grpo-speed)  # follows whichever of grpo-speed, grpo-speed-8b, grpo-budget and grpo-recipes were started here
       started grpo-speed grpo-speed-8b grpo-budget grpo-recipes || continue
       end=$(( $(date +%s) + ${WAIT_S:-500} ))
