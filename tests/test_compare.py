@@ -216,15 +216,25 @@ def test_gsm8k_sources_reach_the_command_resolved_and_the_generated_held_out_set
 
 
 @pytest.mark.slow  # a comparison's child
-def test_a_gsm8k_sourced_comparison_runs_and_the_panel_shows_the_accuracy_per_source(runs, fake_experiment):
-    """A from one GSM8K-format file, the held-out set from another, through the panel's start: every arm is scored
-    on the file's prompts and on generated ones, and the per-source table shows both. The fake experiment (the real
-    driver and eval CLI, no model: tests/fake_experiment.py) runs it: what is proven is where each source goes."""
-    panel.run_start(f"run:{tiny_run()}", "", *TINY_PLAN, f"gsm8k:{GSM8K_TRAIN}", f"gsm8k:{GSM8K_TEST}")
-    comparison = jobs.list_comparisons()[0]
-    assert wait_for(lambda: jobs.comparison_state(comparison)["state"] not in ("waiting", "running"), 600)
+def test_a_gsm8k_sourced_comparison_runs_and_the_panel_shows_the_accuracy_per_source(runs, fake_experiment, app_url):
+    """A from one GSM8K-format file, the held-out set from another, started and followed through the app's API as a
+    Space's client does (/compare_start, /compare_status): every arm is scored on the file's prompts and on generated
+    ones, and the per-source table shows both. The fake experiment (the real driver and eval CLI, no model:
+    tests/fake_experiment.py) runs it: what is proven is where each source goes (the real experiment on the same
+    plan: the session's finished_comparison)."""
+    from gradio_client import Client
+
+    client = Client(app_url, verbose=False)
+    minutes, n_worked, n_answers, n_eval, levels, round_steps, max_rounds, format_target = TINY_PLAN
+    started = client.predict(f"run:{tiny_run()}", minutes, n_worked, n_answers, n_eval, levels, round_steps,
+                             max_rounds, format_target, "", f"gsm8k:{GSM8K_TRAIN}", f"gsm8k:{GSM8K_TEST}",
+                             api_name="/compare_start")
+    comparison = started["id"]
+    assert jobs.list_comparisons() == [comparison]
+    status = lambda: client.predict(comparison, api_name="/compare_status")  # noqa: E731
+    assert wait_for(lambda: status()["state"] not in ("waiting", "running"), 600)
+    assert status()["state"] == "finished", jobs.comparison_state(comparison)["log"]
     state = jobs.comparison_state(comparison)
-    assert state["state"] == "finished", state["log"]
     result, work = state["result"], runs / COMPARISONS_DIR / comparison / COMPARISON_WORK
     # the sources were used, not the generator's: A's prompts are the train file's, the primary column the test file's
     train_questions = {json.loads(line)["question"] for line in GSM8K_TRAIN.open()}

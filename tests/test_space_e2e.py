@@ -1,8 +1,8 @@
 """The Space end to end on CPU (benchmarks/space_e2e.py): the app started by scripts/start.sh on a data root with an
 owner token, driven through its own API as the browser drives it: the `quick` recipe from /start to finished with a
 stop and a resume, its charts' rows and sample group, a GGUF export, a llama.cpp chat with the exported GRPO model
-(again after an app restart), an evaluation of base, SFT and GRPO, and a short GRPO-vs-more-SFT comparison.
-The same script runs on the GPU machine with --gpu (results/gpu/space_e2e.json)."""
+(again after an app restart) and an evaluation of base, SFT and GRPO. The same script runs on the GPU machine with
+--gpu (results/gpu/space_e2e.json), its GRPO-vs-more-SFT comparison included."""
 
 from __future__ import annotations
 
@@ -33,12 +33,14 @@ def test_a_reply_that_has_not_begun_has_no_text():
 
 
 # The quick demo with 20 of its 240 SFT steps and 8 of its GRPO steps, edits in the recipe that /start receives as a
-# user makes them in the form, and a one-round comparison (tests/shared_comparison.py's plan): the same path (SFT,
-# pre-flight, GRPO, stop and resume mid-GRPO, export, chats, evaluation, comparison); nothing here needs the format
-# learned (120 SFT steps cost ~55 s more). The demo's own 5-minute promise, and the format its SFT teaches (the
-# pre-flight's >= 90%), are checked by tests/browser/test_quick_browser.py.
+# user makes them in the form: the same path (SFT, pre-flight, GRPO, stop and resume mid-GRPO, export, chats,
+# evaluation); nothing here needs the format learned (120 SFT steps cost ~55 s more). The demo's own 5-minute promise,
+# and the format its SFT teaches (the pre-flight's >= 90%), are checked by tests/browser/test_quick_browser.py.
 SFT_STEPS, GRPO_STEPS = 20, 8
-COMPARE_PLAN = "16,16,8,3,1,0.0"  # worked examples, answers, held-out, SFT steps a round, rounds, format target
+# The comparison step is left out here (it cost 1.5-3.5 minutes): a real one-round comparison of the same plan runs
+# to its result in the session's finished_comparison (tests/shared_comparison.py, read by tests/test_compare.py), and
+# /compare_start and /compare_status drive one through the app's API in tests/test_compare.py's gsm8k-sourced test.
+SKIPPED = "compare"
 
 
 @pytest.mark.slow
@@ -49,7 +51,7 @@ def test_the_space_end_to_end_through_its_api(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.space_e2e", "--out", str(out), "--data-root", str(tmp_path / "data"),
          "--port", str(free_port()), "--set", f"sft.max_steps={SFT_STEPS}", "--set", f"grpo.max_steps={GRPO_STEPS}",
-         "--eval-n", "8", "--compare-minutes", "0.1", "--compare-plan", COMPARE_PLAN, "--timeout", "900"],
+         "--eval-n", "8", "--skip", SKIPPED, "--timeout", "900"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     result = json.loads(out.read_text())
     steps = {s["step"]: s for s in result["steps"]}
@@ -76,5 +78,5 @@ def test_the_space_end_to_end_through_its_api(tmp_path):
     assert steps["app_restart"]["detail"]["was_running"]
     evaluated = steps["eval_transformers"]["detail"]["checkpoints"]
     assert len(evaluated) == 3 and all(row["n"] == 8 for row in evaluated.values())
-    assert steps["compare"]["detail"]["state"] == "finished"
+    assert SKIPPED not in steps
     assert (out.with_suffix("") / "app-1.log").is_file() and (out.with_suffix("") / "app-2.log").is_file()
