@@ -474,13 +474,8 @@ def test_grpo_run_shows_samples_and_the_doctor(client):
     logged = [json.loads(line) for line in doctor_file.read_text().splitlines()] if doctor_file.exists() else []
     assert findings.count('class="doctor-finding') == len(logged)
     assert all(f"<b>{f['rule']}</b>" in findings and f"Try: {html.escape(f['knob'])}" in findings for f in logged)
-    # export the finished run to GGUF through the API: a child process, its files listed when done
-    client.predict(started["run_id"], ["q4_k_m"], "", api_name="/export")
-    exported = wait_status(client, started["run_id"], lambda s: s["export"]["state"] in ("finished", "failed"),
-                           timeout=300, what="the export")["export"]
-    assert exported["state"] == "finished", exported
-    runs = Path(os.environ["GRPO_PLAYGROUND_RUNS_DIR"])  # the API names files relative to it
-    assert any(f.endswith(".q4_k_m.gguf") and (runs / f).stat().st_size > 100_000 for f in exported["files"])
+    # (a finished run exported through /export, its files listed when done: tests/test_space_e2e.py; the q4_k_m
+    # file itself, over 100 KB in the run folder: tests/browser/test_e2e_flow.py's Export button)
     # the seed's story on the base model (it never saw the tags): the pre-flight says stop, the doctor
     # names the flat reward / zero-variance collapse within the first logged steps
     assert preflight["level"] == "error"
