@@ -63,7 +63,8 @@ FAST_LIMIT_S = float(os.environ.get("GRPO_PLAYGROUND_FAST_TEST_S", "5"))
 
 # A session fixture that trains is built once per worker: the tests that read it share one worker, with it.
 SHARED_RUNS = ("finished_comparison",)
-# The longest work units (a file, or a SHARED_RUNS group), longest first, measured on 2 cores (JUnit of a full run):
+# The longest work units (a file, or a SHARED_RUNS group), longest first, measured on 2 cores (JUnit of a full run;
+# the shortened quick demo in the browser and Space end to end by their own runs beside the others, as ratios):
 # handed out first, they run beside each other and the short files fill in around them, instead of one of them
 # starting last and running alone. The others follow in collection order.
 LONGEST_FIRST = ("tests/test_seed_regime.py", "tests/test_export.py", "tests/test_train_cli.py",
