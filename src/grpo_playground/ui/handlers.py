@@ -17,8 +17,9 @@ as the API's parameters, and injects gr.Request / gr.EventData by annotation and
 - a field annotated gr.Request or gr.SelectData (or defaulting to gr.Progress()) is filled by Gradio, not a component;
 - a field declared `inputs(names)` takes one component per name and holds them as {name: value} (the sandbox's
   weight boxes, one per reward);
-- a null sent for a field with a default gets the default; a value of the wrong kind for a `str` or `list[str]` field
-  is refused with the field's name (the API passes values as sent: the page's boxes cannot send them).
+- a field annotated `str` or `list[str]` is checked: a null sent for it gets its default where it has one, a value of
+  another kind is refused with the field's name (the API passes values as sent; the page's boxes cannot send them).
+  Other fields (`str | None`, numbers) come as sent: the handler checks them.
 The decorated function still takes those values by position or keyword, as Gradio does.
 
 A response dataclass is sent as its fields' values in order, one output component each (a field declared `spread()`
@@ -39,17 +40,19 @@ import typing
 
 from grpo_playground.ui.user_errors import USER_ERRORS, as_user_error, user_error
 
-_INPUTS, _SPREAD = "handler_inputs", "handler_spread"
+_INPUTS, _LIKE, _SPREAD = "handler_inputs", "handler_like", "handler_spread"
+EMPTY = inspect.Parameter.empty
 # what a script may send for an annotated field (a null reached int(None) before this was checked)
 KINDS = {str: (lambda v: isinstance(v, str), "text"),
          list[str]: (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of texts")}
 
 
-def inputs(names, **kwargs) -> dataclasses.Field:
+def inputs(names, like: type | None = None, **kwargs) -> dataclasses.Field:
     """A request field filled by one component per name (in that order): {name: value}, or {key: value} when
-    `names` maps each parameter name to its key."""
+    `names` maps each parameter name to its key. `like`: a dataclass whose fields of those names give each
+    parameter its type and default (an API's optional parameters)."""
     keys = dict(names) if isinstance(names, dict) else {name: name for name in names}
-    return dataclasses.field(metadata={_INPUTS: keys}, **kwargs)
+    return dataclasses.field(metadata={_INPUTS: keys, _LIKE: like}, **kwargs)
 
 
 def spread(**kwargs) -> dataclasses.Field:
@@ -58,14 +61,20 @@ def spread(**kwargs) -> dataclasses.Field:
 
 
 def _parameters(request_type: type) -> list[inspect.Parameter]:
+    """The request's fields as the positional parameters Gradio fills (a field of `inputs` gives one per name)."""
     hints = typing.get_type_hints(request_type)
     parameters = []
     for field in dataclasses.fields(request_type):
-        default = inspect.Parameter.empty if field.default is dataclasses.MISSING else field.default
-        names = field.metadata.get(_INPUTS, (field.name,))
-        annotation = inspect.Parameter.empty if _INPUTS in field.metadata else hints[field.name]
-        parameters += [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default,
-                                         annotation=annotation) for n in names]
+        if _INPUTS not in field.metadata:
+            default = EMPTY if field.default is dataclasses.MISSING else field.default
+            parameters.append(inspect.Parameter(field.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default,
+                                                annotation=hints[field.name]))
+            continue
+        like = field.metadata[_LIKE]
+        types = typing.get_type_hints(like) if like else {}
+        defaults = {f.name: f.default for f in dataclasses.fields(like)} if like else {}
+        parameters += [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=defaults.get(name, EMPTY),
+                                         annotation=types.get(name, EMPTY)) for name in field.metadata[_INPUTS]]
     return parameters
 
 
@@ -77,9 +86,9 @@ def build_request(request_type: type, signature: inspect.Signature, args: tuple,
     values = {}
     for name, value in bound.arguments.items():
         parameter = signature.parameters[name]
-        if value is None and parameter.default not in (inspect.Parameter.empty, None):
-            value = parameter.default
         accepts, kind = KINDS.get(parameter.annotation, (None, None))
+        if accepts and value is None and parameter.default is not EMPTY:
+            value = parameter.default  # a null for an optional text: its default
         if accepts and not accepts(value):
             raise user_error(ValueError(f"{name} must be {kind}, not {type(value).__name__}"))
         values[name] = value
@@ -105,7 +114,7 @@ def handler(request_type: type, errors: tuple[type[Exception], ...] | type[Excep
     """Decorate `fn(request) -> response` as a Gradio event or API function taking the request's fields."""
     parameters = _parameters(request_type)
     signature = inspect.Signature(parameters)
-    annotations = {p.name: p.annotation for p in parameters if p.annotation is not inspect.Parameter.empty}
+    annotations = {p.name: p.annotation for p in parameters if p.annotation is not EMPTY}
 
     def decorate(fn):
         if inspect.isgeneratorfunction(fn):
