@@ -261,7 +261,9 @@ class ChatView:
 # its checks raise gr.Error themselves; a backend's failure is said in its pane, not raised
 @handler(ChatRequest, errors=())
 def chat(req: ChatRequest):
-    """Send one question to every chosen checkpoint; yields a ChatView as replies stream."""
+    """Send one question to every chosen checkpoint; yields (chatbot 1..3, scores, notes, state) as replies stream.
+    `token`: the owner token, which lets this request start servers (visitors: see the module's docstring);
+    `request`: whose the replies' math-verify questions are (Gradio passes it)."""
     message, gold, system, rewards, max_tokens = req.message, req.gold, req.system, req.rewards, req.max_tokens
     temperature, top_p, token, state = req.temperature, req.top_p, req.token, req.state
     keys = [req.model_1, req.model_2, req.model_3]

@@ -16,7 +16,7 @@ as the API's parameters, and injects gr.Request / gr.EventData by annotation and
 - a field per input component, in the order the tab wires them, named as gradio_client callers pass them;
 - a field annotated gr.Request or gr.SelectData (or defaulting to gr.Progress()) is filled by Gradio, not a component;
 - a field declared `inputs(names)` takes one component per name and holds them as {name: value} (the sandbox's
-  weight boxes, one per reward);
+  weight boxes, one per reward); a last field declared `rest()` takes the remaining ones as a list (a generated form);
 - a field annotated `str` or `list[str]` is checked: a null sent for it gets its default where it has one, a value of
   another kind is refused with the field's name (the API passes values as sent; the page's boxes cannot send them).
   Other fields (`str | None`, numbers) come as sent: the handler checks them.
@@ -40,7 +40,7 @@ import typing
 
 from grpo_playground.ui.user_errors import USER_ERRORS, as_user_error, user_error
 
-_INPUTS, _LIKE, _SPREAD = "handler_inputs", "handler_like", "handler_spread"
+_INPUTS, _LIKE, _REST, _SPREAD = "handler_inputs", "handler_like", "handler_rest", "handler_spread"
 EMPTY = inspect.Parameter.empty
 # what a script may send for an annotated field (a null reached int(None) before this was checked)
 KINDS = {str: (lambda v: isinstance(v, str), "text"),
@@ -55,6 +55,11 @@ def inputs(names, like: type | None = None, **kwargs) -> dataclasses.Field:
     return dataclasses.field(metadata={_INPUTS: keys, _LIKE: like}, **kwargs)
 
 
+def rest(**kwargs) -> dataclasses.Field:
+    """A request's last field: the remaining inputs as a list (a generated form's boxes, in the order it built them)."""
+    return dataclasses.field(metadata={_REST: True}, **kwargs)
+
+
 def spread(**kwargs) -> dataclasses.Field:
     """A response field holding a list of values, one output component each."""
     return dataclasses.field(metadata={_SPREAD: True}, **kwargs)
@@ -65,6 +70,9 @@ def _parameters(request_type: type) -> list[inspect.Parameter]:
     hints = typing.get_type_hints(request_type)
     parameters = []
     for field in dataclasses.fields(request_type):
+        if field.metadata.get(_REST):
+            parameters.append(inspect.Parameter(field.name, inspect.Parameter.VAR_POSITIONAL))
+            continue
         if _INPUTS not in field.metadata:
             default = EMPTY if field.default is dataclasses.MISSING else field.default
             parameters.append(inspect.Parameter(field.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default,
@@ -91,7 +99,9 @@ def build_request(request_type: type, signature: inspect.Signature, args: tuple,
             value = parameter.default  # a null for an optional text: its default
         if accepts and not accepts(value):
             raise user_error(ValueError(f"{name} must be {kind}, not {type(value).__name__}"))
-        values[name] = value
+        values[name] = list(value) if parameter.kind == inspect.Parameter.VAR_POSITIONAL else value
+    if request_type is None:
+        return None
     fields = {}
     for field in dataclasses.fields(request_type):
         keys = field.metadata.get(_INPUTS)
@@ -110,18 +120,24 @@ def updates(answer):
     return values[0] if len(values) == 1 else tuple(values)
 
 
-def handler(request_type: type, errors: tuple[type[Exception], ...] | type[Exception] = USER_ERRORS):
-    """Decorate `fn(request) -> response` as a Gradio event or API function taking the request's fields."""
-    parameters = _parameters(request_type)
+def handler(request_type: type | None, errors: tuple[type[Exception], ...] | type[Exception] = USER_ERRORS):
+    """Decorate `fn(request) -> response` as a Gradio event or API function taking the request's fields
+    (`request_type` None: `fn() -> response`, an event of no inputs)."""
+    parameters = _parameters(request_type) if request_type is not None else []
     signature = inspect.Signature(parameters)
     annotations = {p.name: p.annotation for p in parameters if p.annotation is not EMPTY}
+
+    def request(args: tuple, kwargs: dict) -> tuple:
+        """fn's arguments: the request, or none for a handler of no inputs."""
+        built = build_request(request_type, signature, args, kwargs)
+        return (built,) if request_type is not None else ()
 
     def decorate(fn):
         if inspect.isgeneratorfunction(fn):
             @functools.wraps(fn)
             def event(*args, **kwargs):
                 with as_user_error(errors):
-                    stream = fn(build_request(request_type, signature, args, kwargs))
+                    stream = fn(*request(args, kwargs))
                     try:
                         for answer in stream:
                             yield updates(answer)
@@ -131,9 +147,10 @@ def handler(request_type: type, errors: tuple[type[Exception], ...] | type[Excep
             @functools.wraps(fn)
             def event(*args, **kwargs):
                 with as_user_error(errors):
-                    return updates(fn(build_request(request_type, signature, args, kwargs)))
+                    return updates(fn(*request(args, kwargs)))
 
-        event.__signature__ = signature  # what gradio publishes and fills, not the wrapped fn(request)
+        # what gradio publishes and fills, not the wrapped fn(request); gr.api reads the answer's type from it
+        event.__signature__ = signature.replace(return_annotation=inspect.signature(fn).return_annotation)
         event.__annotations__ = annotations  # resolved: gradio's special_args compares them with gr.Request
         event.request_type = request_type
         return event

@@ -24,6 +24,7 @@ from grpo_playground.contracts.process import read_json
 from grpo_playground.contracts.states import TRAINED_STAGES
 from grpo_playground.run_layout import evals_dir, saved_progress, stage_done
 from grpo_playground.ui import run_summary, run_views
+from grpo_playground.ui.handlers import handler
 from grpo_playground.ui.run_downloads import offer
 from grpo_playground.ui.training_api import api_export, api_resume, api_scale_out, api_stop
 from grpo_playground.ui.training_charts import build_charts, chart_update, chart_updates
@@ -344,52 +345,107 @@ def started_updates(run: RunViewPart, screens: gr.Tabs, info: jobs.RunInfo) -> d
             run.message_for: [info.run_id, info.state], screens: gr.Tabs(selected=LIVE_SCREEN)}
 
 
+@dataclass
+class ControlRequest:
+    """Stop, Resume and scale-out: the run on screen and the owner token."""
+    run_pick: str | None
+    view: dict | None
+    token: str | None
+
+
+@dataclass
+class ExportRequest:
+    run_pick: str | None
+    view: dict | None
+    export_stage: str | None
+    gguf_types: list | None
+    token: str | None
+
+
+@dataclass
+class Requested:
+    """A button's answer in the run message, and what the tick clears it by (message_for)."""
+    message: str
+    message_for: list  # [run id, its state when the message was written]
+
+
+@dataclass
+class TickRequest:
+    run_pick: str | None
+    view: dict | None
+    compare_run: str | None
+    compare_key: str | None
+    message_for: list | None
+    chart_stage: str | None
+
+
+def shown_run(run_id: str | None, view: dict | None) -> str:
+    """The picked run, else the one the live view shows, else the one it is about to show (a Stop pressed right
+    after page load, before the picker was filled, means the run on screen)."""
+    run_id = run_id or (view or {}).get("run_id") or pick_default(jobs.list_runs())
+    if not run_id:
+        raise ValueError("no run yet: start one first")
+    return run_id
+
+
+@handler(ControlRequest)
+def stop_selected(req: ControlRequest) -> Requested:
+    run_id = shown_run(req.run_pick, req.view)
+    state = api_stop(run_id, req.token)["state"]
+    return Requested(f"Stop requested for **{run_id}** ({state}): it saves a checkpoint, then exits.", [run_id, state])
+
+
+@handler(ControlRequest)
+def resume_selected(req: ControlRequest) -> Requested:
+    run_id = shown_run(req.run_pick, req.view)
+    state = api_resume(run_id, req.token)["state"]
+    return Requested(f"Resuming **{run_id}** ({state}) from its last checkpoint.", [run_id, state])
+
+
+# Export and scale-out answer in the run message; their panels have one writer, the tick (ticks and clicks run
+# concurrently, so a click's "Exporting..." reached the page after the tick's "Exported the ..." in CI).
+@handler(ExportRequest)
+def export_selected(req: ExportRequest) -> Requested:
+    run_id = shown_run(req.run_pick, req.view)
+    state = api_export(run_id, req.gguf_types, req.token, req.export_stage)["state"]
+    return Requested(f"Exporting **{run_id}**'s {req.export_stage or 'latest'} stage to {', '.join(req.gguf_types)}: "
+                     "its progress shows under Export.", [run_id, state])
+
+
+@handler(ControlRequest)
+def scale_out_selected(req: ControlRequest) -> Requested:
+    run_id = shown_run(req.run_pick, req.view)
+    state = api_scale_out(run_id, req.token)["state"]
+    return Requested(f"Writing **{run_id}** as a verl / OpenRLHF job: the zip shows in its panel when it is written.",
+                     [run_id, state])
+
+
+@dataclass
+class InitialPick:
+    run_pick: object
+    screens: object
+    stop: object
+    resume: object
+
+
+@handler(None)
+def initial_pick() -> InitialPick:
+    """On page load: the run the tab will show, so the picker is never empty while a run is on screen; while
+    a job runs, its live screen (a reopened browser landed on "Set up a run", saying nothing of it)."""
+    infos = jobs.list_runs()
+    shown = next((i for i in infos if i.run_id == pick_default(infos)), None)
+    active = any(i.state in jobs.ACTIVE_STATES for i in infos)
+    return InitialPick(gr.Dropdown(choices=[i.run_id for i in infos], value=shown and shown.run_id),
+                       gr.Tabs(selected=LIVE_SCREEN) if active else gr.skip(), *control_updates(shown))
+
+
 def wire_run_view(run: RunViewPart, history: HistoryPart, timer: gr.Timer, token: gr.Textbox, screens: gr.Tabs) -> None:
     """The run view's listeners; `token` is the owner token box (on the setup screen) that Stop, Resume and
     Export send; `screens` holds this screen (LIVE_SCREEN), opened on page load while a job runs."""
-    def shown_run(run_id, view):
-        """The picked run, else the one the live view shows, else the one it is about to show (a Stop pressed
-        right after page load, before the picker was filled, means the run on screen)."""
-        run_id = run_id or (view or {}).get("run_id") or pick_default(jobs.list_runs())
-        if not run_id:
-            raise gr.Error("no run yet: start one first", print_exception=False)
-        return run_id
-
-    def stop_selected(run_id, view, token_value):
-        run_id = shown_run(run_id, view)
-        state = api_stop(run_id, token_value)["state"]
-        return f"Stop requested for **{run_id}** ({state}): it saves a checkpoint, then exits.", [run_id, state]
-
-    def resume_selected(run_id, view, token_value):
-        run_id = shown_run(run_id, view)
-        state = api_resume(run_id, token_value)["state"]
-        return f"Resuming **{run_id}** ({state}) from its last checkpoint.", [run_id, state]
-
-    # Export and scale-out answer in the run message; their panels have one writer, the tick (ticks and clicks run
-    # concurrently, so a click's "Exporting..." reached the page after the tick's "Exported the ..." in CI).
-    def export_selected(run_id, view, stage, types, token_value):
-        run_id = shown_run(run_id, view)
-        state = api_export(run_id, types, token_value, stage)["state"]
-        return (f"Exporting **{run_id}**'s {stage or 'latest'} stage to {', '.join(types)}: its progress shows under "
-                "Export."), [run_id, state]
-
-    def scale_out_selected(run_id, view, token_value):
-        run_id = shown_run(run_id, view)
-        state = api_scale_out(run_id, token_value)["state"]
-        return f"Writing **{run_id}** as a verl / OpenRLHF job: the zip shows in its panel when it is written.", [
-            run_id, state]
-
-    def initial_pick():
-        """On page load: the run the tab will show, so the picker is never empty while a run is on screen; while
-        a job runs, its live screen (a reopened browser landed on "Set up a run", saying nothing of it)."""
-        infos = jobs.list_runs()
-        shown = next((i for i in infos if i.run_id == pick_default(infos)), None)
-        active = any(i.state in jobs.ACTIVE_STATES for i in infos)
-        return (gr.Dropdown(choices=[i.run_id for i in infos], value=shown and shown.run_id),
-                gr.Tabs(selected=LIVE_SCREEN) if active else gr.skip(), *control_updates(shown))
-
-    def tick(run_id, view, compare_id, compare_key, message_for, chart_stage):
-        return tick_updates(poll(run_id, view, compare_id, compare_key, message_for, chart_stage), run, history)
+    @handler(TickRequest)
+    def tick(req: TickRequest) -> dict:
+        return tick_updates(poll(req.run_pick, req.view, req.compare_run, req.compare_key, req.message_for,
+                                 req.chart_stage), run, history)
 
     ui = dict(api_visibility="private")
     message_outputs = [run.message, run.message_for]

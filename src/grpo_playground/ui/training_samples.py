@@ -11,6 +11,7 @@ from grpo_playground.config import load_recipe
 from grpo_playground.contracts.layout import RECIPE_FILE
 from grpo_playground.rewards import one_group_scale
 from grpo_playground.ui import run_views
+from grpo_playground.ui.handlers import handler
 from grpo_playground.ui.sandbox_input import join_group
 from grpo_playground.ui.sandbox_tab import KNOB_NAMES, SandboxInputs
 
@@ -57,14 +58,21 @@ def sandbox_settings(run_id: str | None) -> dict | None:
             **{name: getattr(cfg.rewards, name) for name in KNOB_NAMES if name != "max_completion_length"}}
 
 
+@dataclass
+class ViewRequest:
+    view: dict | None  # the live run view's state: its run and sample groups
+
+
 def link_to_sandbox(samples: SamplesPart, view: gr.State, sandbox: SandboxInputs, tabs: gr.Tabs) -> None:
     """'Open this group in the Reward sandbox': the latest sample group's completions (sandbox_input.join_group)
     and answer go to the sandbox's boxes, with the run's rewards, weights, tags and scaling,
     and the sandbox tab (id "sandbox" of `tabs`) is selected."""
-    def open_group(view_value):
+    @handler(ViewRequest)
+    def open_group(req: ViewRequest) -> dict:
+        view_value = req.view
         group = latest_group(view_value)
         if group is None:
-            raise gr.Error("no sample group yet: GRPO writes one at each logging step")
+            raise ValueError("no sample group yet: GRPO writes one at each logging step")
         out = {sandbox.completions: join_group([str(c) for c in group.get("completions") or []]),
                sandbox.answer: str(group.get("answer", "")), tabs: gr.Tabs(selected="sandbox")}
         settings = sandbox_settings((view_value or {}).get("run_id"))
