@@ -37,7 +37,6 @@ import functools
 import inspect
 import typing
 
-
 from grpo_playground.ui.user_errors import USER_ERRORS, as_user_error, user_error
 
 _INPUTS, _LIKE, _REST, _SPREAD = "handler_inputs", "handler_like", "handler_rest", "handler_spread"
@@ -81,8 +80,9 @@ def _parameters(request_type: type) -> list[inspect.Parameter]:
         like = field.metadata[_LIKE]
         types = typing.get_type_hints(like) if like else {}
         defaults = {f.name: f.default for f in dataclasses.fields(like)} if like else {}
-        parameters += [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=defaults.get(name, EMPTY),
-                                         annotation=types.get(name, EMPTY)) for name in field.metadata[_INPUTS]]
+        parameters += [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                         default=defaults.get(name, EMPTY), annotation=types.get(name, EMPTY))
+                       for name in field.metadata[_INPUTS]]
     return parameters
 
 
