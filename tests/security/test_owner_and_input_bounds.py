@@ -237,11 +237,19 @@ def test_a_short_owner_token_is_called_out_at_launch(monkeypatch, capsys):
 
 
 def test_a_null_for_an_optional_api_value_is_its_default():
-    from grpo_playground.ui.training_api import _api
+    from dataclasses import dataclass
 
-    @_api
-    def endpoint(run_id: str, stage: str = "all", gguf: list[str] = ()) -> tuple:
-        return run_id, stage, gguf
+    from grpo_playground.ui.handlers import handler
+
+    @dataclass
+    class Request:
+        run_id: str
+        stage: str = "all"
+        gguf: list[str] = ()
+
+    @handler(Request)
+    def endpoint(req: Request) -> tuple:
+        return req.run_id, req.stage, req.gguf
 
     assert endpoint("r", None, None) == ("r", "all", ())  # "stage None is unknown" before
     with pytest.raises(gr.Error, match="run_id must be text, not NoneType"):

@@ -97,7 +97,7 @@ def build_request(request_type: type, signature: inspect.Signature, args: tuple,
         accepts, kind = KINDS.get(parameter.annotation, (None, None))
         if accepts and value is None and parameter.default is not EMPTY:
             value = parameter.default  # a null for an optional text: its default
-        if accepts and not accepts(value):
+        elif accepts and not accepts(value):
             raise user_error(ValueError(f"{name} must be {kind}, not {type(value).__name__}"))
         values[name] = list(value) if parameter.kind == inspect.Parameter.VAR_POSITIONAL else value
     if request_type is None:
