@@ -24,7 +24,7 @@ TINY_PLAN = (0.1, 16, 16, 8, "", 3, 1, 0.0)
 def tiny_run() -> str:
     """A run folder (not trained) holding the tiny recipe, in the runs folder GRPO_PLAYGROUND_RUNS_DIR names."""
     from grpo_playground.config import apply_overrides, load_recipe
-    from grpo_playground.jobs import create_run
+    from grpo_playground.jobs.control import create_run
 
     return create_run(apply_overrides(load_recipe(ROOT / "recipes" / "tiny-cpu.yaml"), TINY)).name
 

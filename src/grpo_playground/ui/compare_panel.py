@@ -28,7 +28,8 @@ import gradio as gr
 import pandas as pd
 
 from grpo_playground.config import load_recipe
-from grpo_playground.jobs import list_runs, run_path
+from grpo_playground.jobs.runs import list_runs
+from grpo_playground.run_layout import run_path
 from grpo_playground.experiments.plan import ComparisonPlan, form_fields
 from grpo_playground.experiments.progress import SCORED
 from grpo_playground.jobs.comparisons import (comparison_state, list_comparisons, resume_comparison, start_comparison,

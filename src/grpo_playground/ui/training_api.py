@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grpo_playground import jobs
+from grpo_playground.jobs.control import resume_run, start_run, stop_run
+from grpo_playground.jobs.feed import RunFeed
+from grpo_playground.jobs.runs import list_runs, load_run, queue_line, reconcile
+from grpo_playground.run_layout import run_path
 from grpo_playground.jobs.data_preview import run_preview
 from grpo_playground.jobs.exports import export_state, start_export
 from grpo_playground.jobs.scale_outs import scale_out_state, start_scale_out
@@ -23,10 +26,10 @@ from grpo_playground.ui.handlers import handler
 
 def run_summary(run_id: str) -> dict:
     """Status of one run as JSON: its status.json, job pids, metric count, last step, queue position."""
-    info = jobs.reconcile(jobs.load_run(jobs.run_path(run_id)))
-    feed = jobs.RunFeed(info.path)
+    info = reconcile(load_run(run_path(run_id)))
+    feed = RunFeed(info.path)
     feed.poll()
-    queue = jobs.queue_line()
+    queue = queue_line()
     return {"run_id": info.run_id, "state": info.state, "status": info.status, "pgid": info.job.get("pid"),
             "command": info.job.get("meta", {}).get("command"), "metrics": len(feed.metrics),
             "last_metrics": feed.metrics[-1] if feed.metrics else None,
@@ -75,7 +78,7 @@ class RunIdRequest:
 def api_start(req: RecipeRequest) -> dict:
     """Start a run from recipe YAML text (keys = RunConfig fields); returns its summary at once."""
     check_owner(req.token)  # before the YAML is even read: a stranger's text costs nothing
-    info = jobs.start_run(config_from_yaml_text(req.recipe_yaml), req.stage, req.token)
+    info = start_run(config_from_yaml_text(req.recipe_yaml), req.stage, req.token)
     return run_summary(info.run_id)
 
 
@@ -90,14 +93,14 @@ def api_preview_data(req: PreviewRequest) -> dict:
 @handler(RunRequest)
 def api_stop(req: RunRequest) -> dict:
     """Ask a run to save and stop (the whole process group is killed after the grace period)."""
-    jobs.stop_run(req.run_id, req.token)
+    stop_run(req.run_id, req.token)
     return run_summary(req.run_id)
 
 
 @handler(RunRequest)
 def api_resume(req: RunRequest) -> dict:
     """Resume a stopped or failed run from its last checkpoint (the step count continues)."""
-    jobs.resume_run(req.run_id, req.token)
+    resume_run(req.run_id, req.token)
     return run_summary(req.run_id)
 
 
@@ -122,8 +125,8 @@ def api_status(req: RunIdRequest) -> dict:
     return run_summary(req.run_id)
 
 
-def _feed(run_id: str) -> jobs.RunFeed:
-    feed = jobs.RunFeed(jobs.load_run(jobs.run_path(run_id)).path)
+def _feed(run_id: str) -> RunFeed:
+    feed = RunFeed(load_run(run_path(run_id)).path)
     feed.poll()
     return feed
 
@@ -143,7 +146,7 @@ def api_samples(req: RunIdRequest) -> dict:
 
 def api_runs() -> list[dict]:
     return [{"run_id": i.run_id, "state": i.state, "stage": i.status.get("stage"), "step": i.status.get("step")}
-            for i in jobs.list_runs()]
+            for i in list_runs()]
 
 
 # (function, api_name): registered by the Training tab before its own listeners, so these keep the plain names

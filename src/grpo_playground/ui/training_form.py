@@ -14,7 +14,8 @@ from pathlib import Path
 import gradio as gr
 from gradio.utils import get_upload_folder
 
-from grpo_playground import jobs
+from grpo_playground.contracts.states import JOB_STAGES
+from grpo_playground.jobs.control import check_model_loads, start_run
 from grpo_playground.cli.args import TrainArgs
 from grpo_playground.config import ConfigError, RunConfig, config_from_dict, config_to_dict, dump_recipe, load_recipe
 from grpo_playground.contracts.shipped import RECIPES_DIR, shipped_recipes
@@ -106,7 +107,7 @@ def build_form_part() -> FormPart:
                                           else None, label="Shipped recipe", scale=2, elem_id="training-recipe")
                 load = gr.Button("Load recipe", scale=1)
             with gr.Row(equal_height=True):
-                stage = gr.Dropdown(list(jobs.STAGES), value="all", label="Stage", scale=2,
+                stage = gr.Dropdown(list(JOB_STAGES), value="all", label="Stage", scale=2,
                                     info="all: SFT then GRPO; preflight: only sample a few groups and score them")
                 start = gr.Button("Start", variant="primary", scale=1, elem_id=START_ID)
             token = gr.Textbox(label="Owner token", type="password", visible=owner_token_required(),
@@ -223,7 +224,7 @@ def wire_form(part: FormPart, started: list, on_start) -> None:
         except USER_ERRORS:
             return Checked(problems_markdown(form_problems(specs, values)))
         try:
-            jobs.check_model_loads(config)  # valid, but would it load here? said now, not by a failed job
+            check_model_loads(config)  # valid, but would it load here? said now, not by a failed job
         except ValueError as exc:
             return Checked(problems_markdown([str(exc)]))
         file, base = req.loaded_from
@@ -254,7 +255,7 @@ def wire_form(part: FormPart, started: list, on_start) -> None:
         except (ConfigError, ValueError):
             raise gr.Error("Fix the recipe before starting: " + "; ".join(form_problems(specs, req.values)),
                            print_exception=False) from None
-        return on_start(jobs.start_run(config, req.stage, req.token))
+        return on_start(start_run(config, req.stage, req.token))
 
     @handler(FormRequest)
     def preview_data(req: FormRequest) -> str:

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 import gradio as gr
 import pandas as pd
 
-from grpo_playground import jobs
+from grpo_playground.jobs.feed import RunFeed
+from grpo_playground.jobs.runs import list_runs
+from grpo_playground.run_layout import run_path
 from grpo_playground.contracts.metrics import HEADLINE_KEYS, GRAD_NORM
 from grpo_playground.ui import run_views
 from grpo_playground.ui.handlers import handler
@@ -45,7 +47,7 @@ def compare_metrics(run_id: str, metrics: list[dict], other_id: str | None, key:
     runs = {run_id: metrics}
     if other_id and other_id != run_id:
         try:
-            other = jobs.RunFeed(jobs.run_path(other_id))
+            other = RunFeed(run_path(other_id))
         except (ValueError, FileNotFoundError):
             other = None  # deleted meanwhile: show the selected run alone
         if other is not None:
@@ -74,14 +76,14 @@ class CompareRequest:
 
 @handler(RunPick)
 def compare_choices(req: RunPick):
-    return gr.Dropdown(choices=[i.run_id for i in jobs.list_runs() if i.run_id != req.run_pick])
+    return gr.Dropdown(choices=[i.run_id for i in list_runs() if i.run_id != req.run_pick])
 
 
 @handler(CompareRequest)
 def redraw_compare(req: CompareRequest):
     if not req.run_pick:
         return gr.skip()
-    feed = jobs.RunFeed(jobs.run_path(req.run_pick))
+    feed = RunFeed(run_path(req.run_pick))
     feed.poll()
     return compare_metrics(req.run_pick, feed.metrics, req.compare_run, req.compare_key)
 

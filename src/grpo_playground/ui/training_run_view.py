@@ -12,7 +12,11 @@ from pathlib import Path
 
 import gradio as gr
 
-from grpo_playground import jobs
+from grpo_playground.contracts.states import ACTIVE_STATES
+from grpo_playground.jobs.control import shell_command
+from grpo_playground.jobs.feed import RunFeed, read_log_tail
+from grpo_playground.jobs.runs import RunInfo, list_runs, queue_line
+from grpo_playground.run_layout import run_path
 from grpo_playground.contracts.layout import GGUF_TYPES
 from grpo_playground.contracts.states import JobState
 from grpo_playground.jobs.comparisons import comparison_state, running_comparison
@@ -186,14 +190,14 @@ def tick_updates(tick: Tick, run: RunViewPart, history: HistoryPart) -> dict:
 
 
 def _new_view(run_id: str | None) -> dict:
-    return {"run_id": run_id, "feed": jobs.RunFeed(jobs.run_path(run_id)) if run_id else None,
+    return {"run_id": run_id, "feed": RunFeed(run_path(run_id)) if run_id else None,
             "log": None, "history": None, "status": None, "preflight_mtime": UNREAD, "export": None, "scale_out": None,
             "later_stages": None, "chart_stage": None, "evals_mtime": UNREAD, "stages_done": None}
 
 
-def pick_default(infos: list[jobs.RunInfo]) -> str | None:
+def pick_default(infos: list[RunInfo]) -> str | None:
     """The newest active run, else the newest run."""
-    pool = [i for i in infos if i.state in jobs.ACTIVE_STATES] or infos
+    pool = [i for i in infos if i.state in ACTIVE_STATES] or infos
     return pool[0].run_id if pool else None
 
 
@@ -204,7 +208,7 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
     message_for is [run id, state] of the last button message: once that run's state moves on, the message
     is stale and is cleared (the progress line says the current state). chart_stage: the stage the per-stage
     charts show (run_views.CURRENT_STAGE or None: the stage logged last)."""
-    infos = jobs.list_runs()
+    infos = list_runs()
     ids = [i.run_id for i in infos]
     picked = run_id in ids
     if not picked:
@@ -224,7 +228,7 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
         tick.run_pick = gr.update(choices=ids)
     if history_changed:
         tick.history = run_views.history_table(infos)
-    queue = jobs.queue_line()  # comparisons waiting for the slot too, in the order the slot is taken
+    queue = queue_line()  # comparisons waiting for the slot too, in the order the slot is taken
     tick.queue = ("Queue (one training job at a time): " + ", ".join(queue)) if queue else "Queue: empty"
     comparison = running_comparison()
     if comparison and comparison_state(comparison)["state"] == "running":  # its arms train in the same slot
@@ -259,7 +263,7 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
         tick.compare = compare_metrics(run_id, feed.metrics, compare_id, compare_key)
     preflight_changed = _read_preflight(tick, info.path)
     _summary(tick, info, changed or status_changed or preflight_changed)
-    log = jobs.read_log_tail(info.path)
+    log = read_log_tail(info.path)
     if log != view["log"]:
         tick.log = view["log"] = log
     _export_panel(tick, info)
@@ -269,17 +273,17 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
     return tick
 
 
-def control_updates(info: jobs.RunInfo | None) -> tuple[dict, dict]:
+def control_updates(info: RunInfo | None) -> tuple[dict, dict]:
     """Stop and Resume, each enabled only when it can act on the run on screen: Resume a stopped run, or a
     failed one that saved something to resume from (one that failed on load would fail again)."""
     state = info.state if info else None
     resumable = state == "stopped" or (state == "failed" and saved_progress(info.path))
     # a run already stopping (saving at its next step) has nothing more to stop: a red Stop then misled
-    stoppable = state in jobs.ACTIVE_STATES and state != JobState.STOPPING
+    stoppable = state in ACTIVE_STATES and state != JobState.STOPPING
     return gr.update(interactive=stoppable), gr.update(interactive=resumable)
 
 
-def _summary(tick: Tick, info: jobs.RunInfo, changed: bool) -> None:
+def _summary(tick: Tick, info: RunInfo, changed: bool) -> None:
     """A finished run's card and its next-step buttons, re-read when the run or the saved evaluations change."""
     folder = evals_dir()
     evals_mtime = folder.stat().st_mtime if folder.is_dir() else None
@@ -293,7 +297,7 @@ def _summary(tick: Tick, info: jobs.RunInfo, changed: bool) -> None:
     tick.summary, tick.next_steps = text, gr.update(visible=bool(text))
 
 
-def _export_panel(tick: Tick, info: jobs.RunInfo) -> None:
+def _export_panel(tick: Tick, info: RunInfo) -> None:
     """The export's state in words, its files to download, and the stages that can be exported."""
     view = tick.view
     done = [s for s in TRAINED_STAGES if stage_done(info.path, s)]
@@ -313,7 +317,7 @@ def _export_panel(tick: Tick, info: jobs.RunInfo) -> None:
     tick.export_chat = gr.update(visible=any(f.endswith(".gguf") for f in files))
 
 
-def _scale_out_panel(tick: Tick, info: jobs.RunInfo) -> None:
+def _scale_out_panel(tick: Tick, info: RunInfo) -> None:
     """The run written as a verl / OpenRLHF job: its state in words and the zip to download."""
     state = scale_out_state(info.path)
     if state == tick.view["scale_out"]:
@@ -338,10 +342,10 @@ def _read_preflight(tick: Tick, run_dir: Path) -> bool:
 
 # --- listeners --------------------------------------------------------------------------------------------
 
-def started_updates(run: RunViewPart, screens: gr.Tabs, info: jobs.RunInfo) -> dict:
+def started_updates(run: RunViewPart, screens: gr.Tabs, info: RunInfo) -> dict:
     """After Start: the picker follows the new run, its message is shown, and the live screen opens."""
-    return {run.run_pick: gr.Dropdown(choices=[i.run_id for i in jobs.list_runs()], value=info.run_id),
-            run.message: f"Started **{info.run_id}** ({info.state}): `{jobs.shell_command(info.job['meta']['command'])}`",
+    return {run.run_pick: gr.Dropdown(choices=[i.run_id for i in list_runs()], value=info.run_id),
+            run.message: f"Started **{info.run_id}** ({info.state}): `{shell_command(info.job['meta']['command'])}`",
             run.message_for: [info.run_id, info.state], screens: gr.Tabs(selected=LIVE_SCREEN)}
 
 
@@ -382,7 +386,7 @@ class TickRequest:
 def shown_run(run_id: str | None, view: dict | None) -> str:
     """The picked run, else the one the live view shows, else the one it is about to show (a Stop pressed right
     after page load, before the picker was filled, means the run on screen)."""
-    run_id = run_id or (view or {}).get("run_id") or pick_default(jobs.list_runs())
+    run_id = run_id or (view or {}).get("run_id") or pick_default(list_runs())
     if not run_id:
         raise ValueError("no run yet: start one first")
     return run_id
@@ -432,9 +436,9 @@ class InitialPick:
 def initial_pick() -> InitialPick:
     """On page load: the run the tab will show, so the picker is never empty while a run is on screen; while
     a job runs, its live screen (a reopened browser landed on "Set up a run", saying nothing of it)."""
-    infos = jobs.list_runs()
+    infos = list_runs()
     shown = next((i for i in infos if i.run_id == pick_default(infos)), None)
-    active = any(i.state in jobs.ACTIVE_STATES for i in infos)
+    active = any(i.state in ACTIVE_STATES for i in infos)
     return InitialPick(gr.Dropdown(choices=[i.run_id for i in infos], value=shown and shown.run_id),
                        gr.Tabs(selected=LIVE_SCREEN) if active else gr.skip(), *control_updates(shown))
 

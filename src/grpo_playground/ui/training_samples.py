@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from grpo_playground import jobs
+from grpo_playground.run_layout import run_path
 from grpo_playground.config import load_recipe
 from grpo_playground.contracts.layout import RECIPE_FILE
 from grpo_playground.rewards import one_group_scale
@@ -50,7 +50,7 @@ def sandbox_settings(run_id: str | None) -> dict | None:
     if not run_id:
         return None
     try:
-        cfg = load_recipe(jobs.run_path(run_id) / RECIPE_FILE)
+        cfg = load_recipe(run_path(run_id) / RECIPE_FILE)
     except (OSError, ValueError):  # an unreadable or hand-broken recipe: keep the sandbox's settings
         return None
     return {"weights": dict(cfg.rewards.weights), "tags": cfg.rewards.tags.to_dict(),
