@@ -6,7 +6,7 @@
         token: str = ""
 
     @handler(StopRequest)
-    def stop(req: StopRequest) -> StopAnswer: ...
+    def stop(req: StopRequest) -> Requested: ...  # a dataclass of (message, message_for)
 
     button.click(stop, [run_pick, token], [message, message_for])
 
@@ -100,8 +100,6 @@ def build_request(request_type: type, signature: inspect.Signature, args: tuple,
         elif accepts and not accepts(value):
             raise user_error(ValueError(f"{name} must be {kind}, not {type(value).__name__}"))
         values[name] = list(value) if parameter.kind == inspect.Parameter.VAR_POSITIONAL else value
-    if request_type is None:
-        return None
     fields = {}
     for field in dataclasses.fields(request_type):
         keys = field.metadata.get(_INPUTS)
@@ -129,8 +127,10 @@ def handler(request_type: type | None, errors: tuple[type[Exception], ...] | typ
 
     def request(args: tuple, kwargs: dict) -> tuple:
         """fn's arguments: the request, or none for a handler of no inputs."""
-        built = build_request(request_type, signature, args, kwargs)
-        return (built,) if request_type is not None else ()
+        if request_type is None:
+            signature.bind(*args, **kwargs)  # no inputs: none may come
+            return ()
+        return (build_request(request_type, signature, args, kwargs),)
 
     def decorate(fn):
         if inspect.isgeneratorfunction(fn):
@@ -152,6 +152,5 @@ def handler(request_type: type | None, errors: tuple[type[Exception], ...] | typ
         # what gradio publishes and fills, not the wrapped fn(request); gr.api reads the answer's type from it
         event.__signature__ = signature.replace(return_annotation=inspect.signature(fn).return_annotation)
         event.__annotations__ = annotations  # resolved: gradio's special_args compares them with gr.Request
-        event.request_type = request_type
         return event
     return decorate
