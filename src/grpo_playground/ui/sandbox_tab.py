@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import gradio as gr
@@ -95,16 +93,6 @@ class ScoreRequest:
     request: gr.Request | None = None  # the visitor's (Gradio fills it): their math-verify questions count against them
 
 
-@contextmanager
-def visiting(request: gr.Request | None) -> Iterator[None]:
-    """The math-verify questions asked inside count against the request's visitor (equivalence.VISITOR)."""
-    token = VISITOR.set(visitor_of_request(request))
-    try:
-        yield
-    finally:
-        VISITOR.reset(token)
-
-
 def _number(name: str, value, whole: bool = True):
     """A knob's box as a number (a script may send anything), or the error naming the box."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (whole and value != int(value)):
@@ -129,7 +117,16 @@ def shaping_from(chosen: dict, knobs: dict):
 
 
 def compute(req: ScoreRequest) -> tuple[GroupScore, DesignReport]:
-    """Everything the tab and the API show; bad input raises RewardInputError / ValueError with the fix."""
+    """Everything the tab and the API show; bad input raises RewardInputError / ValueError with the fix. Its
+    math-verify questions count against the request's visitor (equivalence.VISITOR)."""
+    token = VISITOR.set(visitor_of_request(req.request))
+    try:
+        return _compute(req)
+    finally:
+        VISITOR.reset(token)
+
+
+def _compute(req: ScoreRequest) -> tuple[GroupScore, DesignReport]:
     code = req.custom_code
     if code and code.strip():  # running code is the owner's: checked before anything a stranger sent is read
         try:
@@ -149,7 +146,7 @@ def compute(req: ScoreRequest) -> tuple[GroupScore, DesignReport]:
     custom = _custom_scores(code, completions, answers[0]) if completions else None
     gold = answers[0] if len(answers) == 1 else answers
     # one budget for the whole request, design check included: others keep their share
-    with visiting(req.request), scoring_request(sum(map(len, completions))):
+    with scoring_request(sum(map(len, completions))):
         group = score_group(completions, gold, chosen, tags, req.scale, {"custom": custom} if custom else None,
                             shaping)
         return group, check_design(chosen, tags, shaping)
