@@ -66,7 +66,7 @@ def finished_comparison(tmp_path_factory) -> Comparison:
         patch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(runs))
         run_id = tiny_run()
         started = time.monotonic()
-        panel.run_start(f"run:{run_id}", "", *TINY_PLAN)
+        panel.run_start(f"run:{run_id}", "", *TINY_PLAN, "", "")  # the page sends every box, the sources empty
         start_s = time.monotonic() - started
         (comparison,) = jobs.list_comparisons()
         finished = wait_for(lambda: jobs.comparison_state(comparison)["state"] not in ("waiting", "running"), 600)
