@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean, variance
 
@@ -25,6 +26,7 @@ from grpo_playground.contracts.states import TRAINED_STAGES
 from grpo_playground.run_layout import latest_stage, stage_done
 from grpo_playground.step_timing import clock
 from grpo_playground.tags import DEFAULT_TAGS
+from grpo_playground.ui.handlers import handler
 
 
 def _format_rate(sample: dict | None, run_dir: Path) -> str:
@@ -117,6 +119,12 @@ def eval_preset(run_id: str) -> tuple[list[str], str | None]:
     return ([base] if base in listed else []) + stages, config.data.eval_source
 
 
+@dataclass
+class ViewRequest:
+    """A button of the live run: the view's state (its "run_id", its feed of metrics and sample groups)."""
+    view: dict | None
+
+
 def link_next_steps(buttons: list[gr.Button], shown_run: gr.State, tabs: gr.Tabs, chat_picker: gr.Dropdown,
                     eval_picker: gr.Dropdown, eval_data: gr.Textbox, message: gr.Markdown,
                     message_for: gr.State) -> None:
@@ -134,8 +142,9 @@ def link_next_steps(buttons: list[gr.Button], shown_run: gr.State, tabs: gr.Tabs
             state = None
         return {message: text, message_for: [run_id, state]}
 
-    def chat_with(view):
-        run_id = (view or {}).get("run_id")
+    @handler(ViewRequest)
+    def chat_with(req: ViewRequest) -> dict:
+        run_id = (req.view or {}).get("run_id")
         choices = target_choices()
         key = chat_choice(run_id, runnable_targets()) if run_id else None
         if key is None:
@@ -143,8 +152,9 @@ def link_next_steps(buttons: list[gr.Button], shown_run: gr.State, tabs: gr.Tabs
                                "chats with GGUF files; a GPU with vLLM chats with the LoRA folder).")
         return {chat_picker: gr.Dropdown(choices=choices, value=key), tabs: gr.Tabs(selected="chat")}
 
-    def evaluate(view):
-        run_id = (view or {}).get("run_id")
+    @handler(ViewRequest)
+    def evaluate(req: ViewRequest) -> dict:
+        run_id = (req.view or {}).get("run_id")
         if not run_id or latest_stage(run_path(run_id)) is None:
             return say(run_id, f"**{run_id}** has no trained stage to evaluate yet.")
         picked, data = eval_preset(run_id)

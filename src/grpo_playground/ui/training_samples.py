@@ -12,6 +12,7 @@ from grpo_playground.contracts.layout import RECIPE_FILE
 from grpo_playground.rewards import one_group_scale
 from grpo_playground.ui import run_views
 from grpo_playground.ui.handlers import handler
+from grpo_playground.ui.run_summary import ViewRequest
 from grpo_playground.ui.sandbox_input import join_group
 from grpo_playground.ui.sandbox_tab import KNOB_NAMES, SandboxInputs
 
@@ -56,11 +57,6 @@ def sandbox_settings(run_id: str | None) -> dict | None:
     return {"weights": dict(cfg.rewards.weights), "tags": cfg.rewards.tags.to_dict(),
             "scale": one_group_scale(cfg.grpo.scale_rewards), "max_completion_length": cfg.grpo.max_completion_length,
             **{name: getattr(cfg.rewards, name) for name in KNOB_NAMES if name != "max_completion_length"}}
-
-
-@dataclass
-class ViewRequest:
-    view: dict | None  # the live run view's state: its run and sample groups
 
 
 def link_to_sandbox(samples: SamplesPart, view: gr.State, sandbox: SandboxInputs, tabs: gr.Tabs) -> None:
