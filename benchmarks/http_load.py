@@ -9,9 +9,9 @@ completions through `/gradio_api/queue/join` and its event stream, the way the p
 after another for the row's seconds. Each row measures them alone or beside one flood, sent by a second child process
 from other addresses (127.0.2.x-127.0.9.x). Per row: the benign requests' end-to-end p50/p95 (join to result) and
 the handler's p95 (Gradio's own `duration` of the event), errors (refusals, 503, "busy", timeouts), a one-line upload
-by a fresh visitor at the row's end, the machine's load average, the CPU the app, the
-flood's sender and the benign clients used (% of one core), and the p95 ratios against the baseline measured
-first (and again last) in the same run. Prints a Markdown table; results/http_load.md keeps one.
+by a fresh visitor at the row's end, the machine's load average, the CPU the app, the flood's sender and the benign
+clients used (% of one core), and the p95 ratios against the baseline measured first (and again last) in the same
+run. Prints a Markdown table; results/http_load.md keeps one.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ Gradio 6.31 alone accepts a /queue/join body of any size, stores every input val
 `max_length` on the server, caps uploads per file only and keeps them, downloads a file input given as a URL,
 and has one queue size for every event: a stranger's slow scoring requests filled it and then every event of
 every user got HTTP 503 "Queue is full". Each constant below closes one of those; `bound_queue` applies them,
-`launch_settings` passes the rest to `demo.launch`, with request_limits.py's guard in front of every route.
+`launch_settings` passes the rest to `demo.launch`, with request_limits.py's guard in front of every route and
+rate_limits.py's budgets per address behind it.
 """
 
 from __future__ import annotations
