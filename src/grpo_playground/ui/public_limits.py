@@ -167,13 +167,15 @@ GRADIO_MISSING_WORDS = {"en": {"common.complete": "Complete"}}
 def owner_join(demo: gr.Blocks, visitor: str, body: bytes) -> bool:
     """Whether a queue join's raw body is an event of `demo` carrying the right owner token (rate_limits.py lets it
     in over its address's budget). Its tokens count against the visitor's wrong guesses as any event's do."""
+    guesses = getattr(demo, "token_guesses", None)  # set by bound_queue: a demo without it has no owner events
+    if guesses is None or not owner_token_required():
+        return False
     try:
         join = json.loads(body)
         fn, data = demo.fns.get(join["fn_index"]), join["data"]
     except (ValueError, KeyError, TypeError, AttributeError):
         return False
-    guesses = getattr(demo, "token_guesses", None)  # set by bound_queue: a demo without it has no owner events
-    if fn is None or guesses is None or not isinstance(data, list) or not owner_token_required():
+    if fn is None or not isinstance(data, list):
         return False
     tokens = [value for i, value in enumerate(data) if i in token_inputs(fn) and isinstance(value, str) and value]
     return bool(tokens) and guesses.refusal(visitor, tokens) is None and not any(map(wrong_token, tokens))
