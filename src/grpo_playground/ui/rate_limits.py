@@ -31,7 +31,7 @@ from grpo_playground.ui.request_limits import MAX_VISITORS_TRACKED, refuse, visi
 
 JOIN_PATH = "/gradio_api/queue/join"
 REFUSAL_DELAY_S = 1.0
-OWNER_PEEK_BYTES = 64 * 1024  # a join over budget is read for the owner token only up to this size (a Start: ~5 KB)
+OWNER_PEEK_BYTES = 64 * 1024  # a join over budget is read (for the owner token) up to this size, else refused unread
 
 
 @dataclass(frozen=True)
@@ -86,18 +86,17 @@ class RateLimits:
         wait = buckets.take(visitor, self.clock())
         if not wait:
             return await self.app(scope, receive, send)
-        if buckets is self.joins and self.owner_join is not None:
-            body = await _small_body(receive, scope)
-            if body is not None and self.owner_join(visitor, body):
-                return await self.app(scope, _replay(body, receive), send)
+        body = b"" if buckets is self.pages else await _small_body(receive, scope)  # a join's, if small
+        if body and self.owner_join is not None and self.owner_join(visitor, body):
+            return await self.app(scope, _replay(body, receive), send)
         await asyncio.sleep(REFUSAL_DELAY_S)
         budget = buckets.budget
         retry = max(1, math.ceil(wait - REFUSAL_DELAY_S))
+        # A connection whose request was read whole is kept alive (a looping sender does not cost the app a new
+        # connection each time); one with a body left unread is closed, so the rest is never read.
+        headers = [(b"retry-after", str(retry).encode())] + ([(b"connection", b"close")] if body is None else [])
         await refuse(send, 429, f"too many {budget.what} from your address: at most {budget.burst} at once and "
-                                f"{budget.rate:g} a second; try again in {retry} s",
-                     # kept alive: uvicorn skips a body left unread, and a looping sender does not cost the
-                     # app a new connection each time
-                     [(b"retry-after", str(retry).encode())])
+                                f"{budget.rate:g} a second; try again in {retry} s", headers)
 
     def _buckets(self, scope) -> Buckets | None:
         if scope["type"] != "http":
