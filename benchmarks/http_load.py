@@ -9,8 +9,9 @@ completions through `/gradio_api/queue/join` and its event stream, the way the p
 after another for the row's seconds. Each row measures them alone or beside one flood, sent by a second child process
 from other addresses (127.0.2.x-127.0.9.x). Per row: the benign requests' end-to-end p50/p95 (join to result) and
 the handler's p95 (Gradio's own `duration` of the event), errors (refusals, 503, "busy", timeouts), a one-line upload
-by a fresh visitor at the row's end, the machine's load average, and the p95 ratios against the baseline measured
-first (and again last) in the same run. Prints a Markdown table; results/http_load.md keeps one.
+by a fresh visitor at the row's end, the machine's load average, the CPU the app, the flood's sender and the benign
+clients used (% of one core), and the p95 ratios against the baseline measured first (and again last) in the same
+run. Prints a Markdown table; results/http_load.md keeps one.
 """
 
 from __future__ import annotations
@@ -243,6 +244,12 @@ def _half_open(url, address, count, event) -> None:
 
 # --- the table ----------------------------------------------------------------------------------------------------
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds the process `pid` has used (its children not counted)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def p95(values: list[float]) -> float:
     return statistics.quantiles(values, n=20)[-1] if len(values) > 1 else float("nan")
 
@@ -263,8 +270,9 @@ def main() -> None:
             print(f"{BENIGN} benign /score clients (8 completions each, default rewards), {args.seconds:.0f} s a row; "
                   f"{os.cpu_count()} cores\n")
             print("| flood | benign requests | errors | p50 ms | p95 ms | p95 / baseline | handler p95 ms | "
-                  "handler p95 / baseline | fresh visitor's upload | load avg |")
-            print("|---|---|---|---|---|---|---|---|---|---|")
+                  "handler p95 / baseline | fresh visitor's upload | load avg | CPU %: app, flood sender, "
+                  "benign clients |")
+            print("|---|---|---|---|---|---|---|---|---|---|---|")
             baseline = None
             for name in ["none (baseline)", *(args.only or FLOODS), "none (baseline, again)"]:
                 sender = None
@@ -274,7 +282,13 @@ def main() -> None:
                                               stderr=subprocess.DEVNULL)
                     time.sleep(3)  # the flood under way
                 try:
+                    # the CPU each side used during the row, in % of one core: who took the 2 cores
+                    start, used = time.monotonic(), [cpu_seconds(app.pid), cpu_seconds(sender.pid) if sender else 0,
+                                                     cpu_seconds(os.getpid())]
                     times, handler, errors = benign_load(url, event, args.seconds)
+                    used = [cpu_seconds(app.pid) - used[0], (cpu_seconds(sender.pid) - used[1]) if sender else 0,
+                            cpu_seconds(os.getpid()) - used[2]]
+                    cpu = ", ".join(f"{100 * seconds / (time.monotonic() - start):.0f}" for seconds in used)
                     uploaded = upload_once(url, "127.0.1.200")
                 finally:
                     if sender:
@@ -287,7 +301,7 @@ def main() -> None:
                 print(f"| {described} | {len(times) + len(errors)} | {len(errors)}{f' ({kinds})' if kinds else ''} | "
                       f"{statistics.median(times) * 1000:.0f} | {row[0] * 1000:.0f} | {row[0] / baseline[0]:.2f} | "
                       f"{row[1] * 1000:.0f} | {row[1] / baseline[1]:.2f} | {uploaded} | "
-                      f"{os.getloadavg()[0]:.1f} |", flush=True)
+                      f"{os.getloadavg()[0]:.1f} | {cpu} |", flush=True)
                 time.sleep(12)  # the flood's sockets closed (head deadline 10 s) and its queue drained
         finally:
             app.terminate()

@@ -6,11 +6,13 @@ Gradio 6.31 alone accepts a /queue/join body of any size, stores every input val
 `max_length` on the server, caps uploads per file only and keeps them, downloads a file input given as a URL,
 and has one queue size for every event: a stranger's slow scoring requests filled it and then every event of
 every user got HTTP 503 "Queue is full". Each constant below closes one of those; `bound_queue` applies them,
-`launch_settings` passes the rest to `demo.launch`, with request_limits.py's guard in front of every route.
+`launch_settings` passes the rest to `demo.launch`, with request_limits.py's guard in front of every route and
+rate_limits.py's budgets per address behind it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -22,9 +24,11 @@ from gradio.components.api_component import Api
 from gradio_client.utils import is_http_url_like
 
 from grpo_playground.config.recipe_io import MAX_RECIPE_BYTES
+from grpo_playground.owner import owner_token_required
 from grpo_playground.rewards.custom import MAX_CODE_CHARS
 from grpo_playground.ui.fair_queue import FairGroups
 from grpo_playground.ui.page_config import PageConfigCache
+from grpo_playground.ui.rate_limits import RateLimits
 from grpo_playground.ui.request_limits import (
     MAX_UPLOAD_BYTES,
     RequestLimits,
@@ -33,7 +37,7 @@ from grpo_playground.ui.request_limits import (
     visitor_of_request,
 )
 from grpo_playground.ui.run_downloads import RunDownloads
-from grpo_playground.ui.token_guesses import TokenGuesses, token_inputs
+from grpo_playground.ui.token_guesses import TokenGuesses, token_inputs, wrong_token
 
 MONITORING_ENV = "GRPO_PLAYGROUND_MONITORING"
 # Sessions Gradio keeps: ~0.64 MB of per-session config each (measured) plus the inputs bounded below (~1 MB of
@@ -124,7 +128,7 @@ def bound_queue(demo: gr.Blocks) -> None:
         raise ValueError(f"the shared concurrency groups {shared} take {held} of {MAX_THREADS} event slots: keep them "
                          f"under {MAX_THREADS - RESERVED_THREADS} so the owner's actions and the timers keep theirs")
     push = queue.push
-    guesses = TokenGuesses()
+    guesses = demo.token_guesses = TokenGuesses()  # also asked by owner_join, at the rate limit in front
     fair = FairGroups(queue, set(shared))
     fair.install()
 
@@ -160,9 +164,28 @@ def bound_queue(demo: gr.Blocks) -> None:
 GRADIO_MISSING_WORDS = {"en": {"common.complete": "Complete"}}
 
 
-def launch_settings(kept: Callable[[], set[str]] = set) -> dict:
+def owner_join(demo: gr.Blocks, visitor: str, body: bytes) -> bool:
+    """Whether a queue join's raw body is an event of `demo` carrying the right owner token (rate_limits.py lets it
+    in over its address's budget). Its tokens count against the visitor's wrong guesses as any event's do."""
+    guesses = getattr(demo, "token_guesses", None)  # set by bound_queue: a demo without it has no owner events
+    if guesses is None or not owner_token_required():
+        return False
+    try:
+        join = json.loads(body)
+        fn, data = demo.fns.get(join["fn_index"]), join["data"]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return False
+    if fn is None or not isinstance(data, list):
+        return False
+    tokens = [value for i, value in enumerate(data) if i in token_inputs(fn) and isinstance(value, str) and value]
+    return bool(tokens) and guesses.refusal(visitor, tokens) is None and not any(map(wrong_token, tokens))
+
+
+def launch_settings(kept: Callable[[], set[str]] = set, owner_join: Callable[[str, bytes], bool] | None = None
+                    ) -> dict:
     """What `demo.launch` needs besides the address, so tests serve the app with the settings a Space gets.
-    `kept`: the files of the upload folder that Gradio keeps for the page (never swept)."""
+    `kept`: the files of the upload folder that Gradio keeps for the page (never swept); `owner_join`: the owner's
+    events over their address's rate limit (rate_limits.py)."""
     import gradio as gr
     from gradio.utils import get_upload_folder
     from starlette.middleware import Middleware
@@ -175,7 +198,8 @@ def launch_settings(kept: Callable[[], set[str]] = set) -> dict:
         "enable_monitoring": monitoring_enabled(),
         "num_workers": 0,  # no static-file worker processes: every upload passes RequestLimits
         "app_kwargs": {"middleware": [Middleware(RequestLimits, upload_dir=get_upload_folder(), kept=kept),
-                                      Middleware(PageConfigCache), Middleware(RunDownloads)]},
+                                      Middleware(RateLimits, owner_join=owner_join), Middleware(PageConfigCache),
+                                      Middleware(RunDownloads)]},
     }
 
 
@@ -190,5 +214,6 @@ def serve(demo: gr.Blocks, **kwargs) -> None:
     from gradio.utils import get_upload_folder
 
     sweep_uploads(Path(get_upload_folder()), kept=kept_files(demo))
-    demo.launch(prevent_thread_lock=True, **launch_settings(lambda: kept_files(demo)), **kwargs)
+    settings = launch_settings(lambda: kept_files(demo), functools.partial(owner_join, demo))
+    demo.launch(prevent_thread_lock=True, **settings, **kwargs)
     guard_connections(demo.server)

@@ -171,9 +171,10 @@ class CountedBody:
         await self._send(message)
 
 
-async def refuse(send, status: int, message: str) -> None:
+async def refuse(send, status: int, message: str, headers=((b"connection", b"close"),)) -> None:
+    """A plain-text refusal; by default the connection is closed (the body left unread is not worth reading)."""
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")]})
+                "headers": [(b"content-type", b"text/plain; charset=utf-8"), *headers]})
     await send({"type": "http.response.body", "body": message.encode()})
 
 
