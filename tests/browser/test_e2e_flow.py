@@ -238,8 +238,10 @@ def ask_in_chat(page, expect, target_text: str, question: str, gold: str) -> lis
         }).observe(bot, {subtree: true, childList: true, characterData: true});
     }""")
     page.locator("#chat-send").click()
-    # done: the reply has text and has not changed for 3 s
-    page.wait_for_function("window.__replyLengths.some((n) => n > 0) && Date.now() - window.__lastChange > 3000",
+    # done: the scores table, which the tab fills when the reply has finished (in the update that shows its last
+    # text), and a moment for the observer to record that text
+    page.wait_for_function("document.querySelector('#chat-scores').innerText.includes('total') && "
+                           "window.__replyLengths.some((n) => n > 0) && Date.now() - window.__lastChange > 500",
                            timeout=CHAT_TIMEOUT_MS)
     return page.evaluate("window.__replyLengths")
 
