@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 from grpo_playground.cli.args import EvalArgs
-from grpo_playground.jobs import kill_group  # the eval runs in its own session: its group holds vLLM's engine too
+# the eval runs in its own session: its group holds vLLM's engine too
+from grpo_playground.contracts.process import kill_group
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRESS = re.compile(r"eval: (\d+)/(\d+) completions \((\d+) s\)")

@@ -173,7 +173,9 @@ def app_url(tmp_path_factory):
 
 def kill_leftover_jobs() -> None:
     """Jobs outlive the app by design; a test that failed half-way must not leave one training on shared cores."""
-    from grpo_playground.jobs import ACTIVE_STATES, kill_group, list_runs
+    from grpo_playground.contracts.process import kill_group
+    from grpo_playground.contracts.states import ACTIVE_STATES
+    from grpo_playground.jobs.runs import list_runs
 
     for info in list_runs():
         if info.state in ACTIVE_STATES and info.job.get("pid"):

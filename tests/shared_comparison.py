@@ -24,7 +24,7 @@ TINY_PLAN = (0.1, 16, 16, 8, "", 3, 1, 0.0)
 def tiny_run() -> str:
     """A run folder (not trained) holding the tiny recipe, in the runs folder GRPO_PLAYGROUND_RUNS_DIR names."""
     from grpo_playground.config import apply_overrides, load_recipe
-    from grpo_playground.jobs import create_run
+    from grpo_playground.jobs.control import create_run
 
     return create_run(apply_overrides(load_recipe(ROOT / "recipes" / "tiny-cpu.yaml"), TINY)).name
 
@@ -66,7 +66,7 @@ def finished_comparison(tmp_path_factory) -> Comparison:
         patch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(runs))
         run_id = tiny_run()
         started = time.monotonic()
-        panel.run_start(f"run:{run_id}", "", *TINY_PLAN)
+        panel.run_start(f"run:{run_id}", "", *TINY_PLAN, "", "")  # the page sends every box, the sources empty
         start_s = time.monotonic() - started
         (comparison,) = jobs.list_comparisons()
         finished = wait_for(lambda: jobs.comparison_state(comparison)["state"] not in ("waiting", "running"), 600)

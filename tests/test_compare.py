@@ -266,7 +266,7 @@ def test_a_stopped_comparison_resumes_without_redoing_the_steps_it_finished(runs
     """Stop once sft-W is done, then Resume comparison: it runs again in its own folder, every step finished before
     is left as it was (not trained again), and the interrupted arm starts over. The fake experiment (the real driver,
     no model: tests/fake_experiment.py) runs it."""
-    panel.run_start(f"run:{tiny_run()}", "", *TINY_PLAN)
+    panel.run_start(f"run:{tiny_run()}", "", *TINY_PLAN, "", "")  # the page sends every box, the sources empty
     comparison = jobs.list_comparisons()[0]
     work = runs / COMPARISONS_DIR / comparison / COMPARISON_WORK
     state = lambda: jobs.comparison_state(comparison)

@@ -17,7 +17,7 @@ from grpo_playground.contracts.metrics import LOSS, REWARD, decode_record, encod
 from grpo_playground.contracts.process import (is_alive, log_tail, process_start_ticks, write_json_atomic,
                                                write_text_atomic)
 from grpo_playground.contracts.states import ACTIVE_STATES, JobState
-from grpo_playground.jobs import RunFeed
+from grpo_playground.jobs.feed import RunFeed
 from grpo_playground.contracts.layout import METRICS_FILE
 from grpo_playground.experiments.report import reward_curve
 from grpo_playground.training.run_folder import RunFolder

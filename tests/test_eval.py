@@ -164,12 +164,12 @@ def test_eval_panel_runs_a_background_job_and_compares(tiny, adapter_run, monkey
     with pytest.raises(ValueError, match="neither a registry model"):
         store.check_checkpoint("/etc")
     started = time.monotonic()
-    message = run_evals(["tiny", sft], "generator:test", 4, 4, 24, "")
+    message = run_evals(["tiny", sft], "generator:test", 4, 4, 24, token="")
     assert time.monotonic() - started < 10  # a job, not a request held open
     assert message.startswith("Started evaluating 2 checkpoint(s) on 4 examples") and "Evaluating" in refresh(
         "generator:test", None)[0]
     with pytest.raises(Exception, match="already running"):
-        run_evals(["tiny"], "generator:test", 4, 4, 24, "")
+        run_evals(["tiny"], "generator:test", 4, 4, 24, token="")
     deadline = time.monotonic() + 400
     while eval_job_state()["state"] == "running" and time.monotonic() < deadline:
         time.sleep(1)

@@ -14,7 +14,9 @@ import time
 
 import pytest
 
-from grpo_playground import jobs
+from grpo_playground.jobs.control import resume_run, start_run
+from grpo_playground.jobs.feed import RunFeed
+from grpo_playground.jobs.runs import load_run, reconcile
 from grpo_playground.child_process import free_port
 from grpo_playground.config import RunConfig
 from grpo_playground.jobs import eval_results as store
@@ -47,7 +49,7 @@ def test_where_the_hub_does_not_answer_a_hub_model_is_refused_before_a_run_is_ma
         config.model.name_or_path = model
         started = time.monotonic()
         with pytest.raises(ValueError, match="cannot be reached") as refused:
-            jobs.start_run(config)
+            start_run(config)
         assert time.monotonic() - started < 5  # not a job that fails on load seconds later
         assert "models that work offline: tiny" in str(refused.value)  # and what to use instead
     assert not [p for p in tmp_path.iterdir() if p.is_dir()]  # no run folder, no job
@@ -77,9 +79,9 @@ def card(tmp_path, monkeypatch, rewards: list[float], name: str = "card") -> str
     (run / "status.json").write_text(json.dumps({"state": "finished", "stage": "all", "updated": time.time()}))
     rows = [{"stage": "grpo", "step": i, "max_steps": len(rewards), "reward": r} for i, r in enumerate(rewards, 1)]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    feed = jobs.RunFeed(run)
+    feed = RunFeed(run)
     feed.poll()
-    return summary_markdown(jobs.reconcile(jobs.load_run(run)), feed.metrics, None, None, [])
+    return summary_markdown(reconcile(load_run(run)), feed.metrics, None, None, [])
 
 
 def test_the_card_says_plainly_when_grpo_did_not_move(tmp_path, monkeypatch):
@@ -105,10 +107,10 @@ def test_resuming_a_run_is_counted_for_the_history(tmp_path, monkeypatch):
     run = tmp_path / "20991231-235959-resumed-0001"
     run.mkdir()
     (run / "status.json").write_text(json.dumps({"state": "stopped", "stage": "grpo", "updated": time.time()}))
-    monkeypatch.setattr(control, "spawn_job", lambda run_dir, command, stage: jobs.load_run(run_dir))
+    monkeypatch.setattr(control, "spawn_job", lambda run_dir, command, stage: load_run(run_dir))
     for _ in range(2):
-        jobs.resume_run(run.name)
-    assert jobs.load_run(run).status["resumes"] == 2
+        resume_run(run.name)
+    assert load_run(run).status["resumes"] == 2
 
 
 def test_where_the_hub_does_not_answer_evaluating_a_hub_model_is_refused_with_the_reason(no_internet):

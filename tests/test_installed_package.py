@@ -29,17 +29,19 @@ pytestmark = pytest.mark.slow
 START_QUICK_FROM_THE_APP = textwrap.dedent("""
     import sys, time
     import grpo_playground
-    from grpo_playground import jobs
+    from grpo_playground.contracts.states import FINAL_STATES
+    from grpo_playground.jobs.control import start_run
+    from grpo_playground.jobs.runs import load_run, reconcile
     from grpo_playground.config import apply_overrides, load_recipe
     from grpo_playground.contracts.shipped import recipe_path
 
     print("package", grpo_playground.__file__, flush=True)
     config = apply_overrides(load_recipe(recipe_path("quick")), sys.argv[1:])
-    info = jobs.start_run(config, name="installed")
+    info = start_run(config, name="installed")
     deadline = time.time() + 900
-    while jobs.reconcile(jobs.load_run(info.path)).state not in jobs.FINAL_STATES and time.time() < deadline:
+    while reconcile(load_run(info.path)).state not in FINAL_STATES and time.time() < deadline:
         time.sleep(1)
-    print("run", info.path, jobs.load_run(info.path).state, flush=True)
+    print("run", info.path, load_run(info.path).state, flush=True)
 """)
 
 

@@ -17,17 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from grpo_playground.jobs import (
-    JsonlTail,
-    RunFeed,
-    group_members,
-    list_runs,
-    load_run,
-    queue_line,
-    reconcile,
-    spawn_job,
-    stop_run,
-)
+from grpo_playground.contracts.process import group_members
+from grpo_playground.jobs.control import spawn_job, stop_run
+from grpo_playground.jobs.feed import JsonlTail, RunFeed
+from grpo_playground.jobs.runs import list_runs, load_run, queue_line, reconcile
 from grpo_playground.child_process import job_env
 from grpo_playground.contracts.process import process_start_ticks
 from grpo_playground.jobs.crash import crash_reason

@@ -134,12 +134,10 @@ def test_highlight_escapes_html_and_marks_the_answer():
 
 def _compute(code: str):
     from grpo_playground.tags import DEFAULT_TAGS
-    from grpo_playground.ui.sandbox_tab import NAMES, compute
+    from grpo_playground.ui.sandbox_tab import NAMES, ScoreRequest, compute, knob_defaults
 
-    from grpo_playground.ui.sandbox_tab import knob_defaults
-
-    return compute(GROUP_TEXT, "42", ["check_answer"], "group", *DEFAULT_TAGS.as_list(), code, "",
-                   *knob_defaults().values(), *[1.0] * len(NAMES))
+    return compute(ScoreRequest(GROUP_TEXT, "42", ["check_answer"], "group", DEFAULT_TAGS.to_dict(), code, "",
+                                knob_defaults(), dict.fromkeys(NAMES, 1.0)))
 
 
 def test_custom_reward_joins_the_table_when_the_owner_enabled_it(monkeypatch):

@@ -20,7 +20,9 @@ import pytest
 from gradio_client import Client
 
 from grpo_playground.config import SECTIONS, ConfigError, RunConfig, apply_overrides, dump_recipe, load_recipe
-from grpo_playground.jobs import ACTIVE_STATES, group_members, kill_group, list_runs
+from grpo_playground.contracts.process import group_members, kill_group
+from grpo_playground.contracts.states import ACTIVE_STATES
+from grpo_playground.jobs.runs import list_runs
 from grpo_playground.rewards import REWARDS
 from grpo_playground.ui import run_views
 from grpo_playground.ui.config_form import config_from_values, form_fields, values_from_config
@@ -276,7 +278,7 @@ def test_readable_numbers_and_the_doctors_knob_in_view():
 
 
 def test_overall_eta_adds_the_later_stages_budgets(tmp_path):
-    from grpo_playground.jobs import RunInfo
+    from grpo_playground.jobs.runs import RunInfo
 
     (tmp_path / "recipe.yaml").write_text((ROOT / "recipes" / "quick.yaml").read_text())
     quick = load_recipe(ROOT / "recipes" / "quick.yaml")

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_playground.jobs import load_run, reconcile, spawn_job, stop_run
+from grpo_playground.jobs.control import spawn_job, stop_run
+from grpo_playground.jobs.runs import load_run, reconcile
 from grpo_playground.jobs.crash import crash_reason, oom_kill_count
 from grpo_playground.contracts.process import is_alive
 from grpo_playground.jobs.runs import compact_metrics

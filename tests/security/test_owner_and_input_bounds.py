@@ -237,11 +237,19 @@ def test_a_short_owner_token_is_called_out_at_launch(monkeypatch, capsys):
 
 
 def test_a_null_for_an_optional_api_value_is_its_default():
-    from grpo_playground.ui.training_api import _api
+    from dataclasses import dataclass
 
-    @_api
-    def endpoint(run_id: str, stage: str = "all", gguf: list[str] = ()) -> tuple:
-        return run_id, stage, gguf
+    from grpo_playground.ui.handlers import handler
+
+    @dataclass
+    class Request:
+        run_id: str
+        stage: str = "all"
+        gguf: list[str] = ()
+
+    @handler(Request)
+    def endpoint(req: Request) -> tuple:
+        return req.run_id, req.stage, req.gguf
 
     assert endpoint("r", None, None) == ("r", "all", ())  # "stage None is unknown" before
     with pytest.raises(gr.Error, match="run_id must be text, not NoneType"):
@@ -252,7 +260,7 @@ def test_a_null_for_an_optional_api_value_is_its_default():
 def test_resuming_the_apps_own_folders_is_refused(owner, folder, tmp_path, monkeypatch):
     """Issue 38: /resume with the run id `evals` launched a training job inside the evaluations folder, which was
     then listed as a run. The app's folders are no run ids; the refusal names no path of the server."""
-    from grpo_playground import jobs
+    from grpo_playground.jobs.runs import list_runs
     from grpo_playground.ui import training_api
 
     monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
@@ -261,7 +269,7 @@ def test_resuming_the_apps_own_folders_is_refused(owner, folder, tmp_path, monke
     with pytest.raises(gr.Error, match=f"run id '{folder}' is not valid") as refused:
         training_api.api_resume(folder, OWNER)
     assert sorted(p.name for p in (tmp_path / folder).iterdir()) == ["status.json"]  # no job, no log
-    assert jobs.list_runs() == []
+    assert list_runs() == []
     with pytest.raises(gr.Error) as missing:
         training_api.api_resume("20260101-000000-gone-beef", OWNER)
     assert str(tmp_path) not in str(refused.value) + str(missing.value)

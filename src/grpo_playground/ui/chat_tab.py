@@ -19,6 +19,7 @@ import os
 import queue
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import gradio as gr
@@ -45,7 +46,7 @@ from grpo_playground.tags import DEFAULT_TAGS, Tags, system_prompt
 from grpo_playground.ui.chat_scores import ReplyScores
 from grpo_playground.ui.public_paths import public_api
 from grpo_playground.ui.request_limits import visitor_of_request
-from grpo_playground.ui.user_errors import as_user_error
+from grpo_playground.ui.handlers import handler, spread
 
 SLOTS = 3
 MAX_INPUT_CHARS = 4000
@@ -231,17 +232,45 @@ def _stream_slot(slot: int, target, messages: list[dict], settings: dict, out: q
         out.put((slot, "done", ""))
 
 
-def chat(message: str, gold: str, model_1: str, model_2: str, model_3: str, temperature: float, top_p: float,
-         max_tokens: float, system: str, rewards: list[str], token: str = "", state: dict | None = None,
-         request: gr.Request | None = None):
+@dataclass
+class ChatRequest:
+    """The chat's inputs in the order the tab wires them (/chat's parameters)."""
+    message: str | None
+    gold: str | None
+    model_1: str | None
+    model_2: str | None
+    model_3: str | None
+    temperature: float | None
+    top_p: float | None
+    max_tokens: float | None
+    system: str | None
+    rewards: list | None
+    token: str | None = ""  # the owner token, which lets this request start servers (see the module's docstring)
+    state: dict | None = None  # the conversation (new_state's shape); None: a new one
+    request: gr.Request | None = None  # whose the replies' math-verify questions are (Gradio passes it)
+
+
+@dataclass
+class ChatView:
+    panes: list = spread()  # each checkpoint's chatbot messages
+    scores: str = ""
+    notes: str = ""
+    state: dict | None = None
+
+
+# its checks raise gr.Error themselves; a backend's failure is said in its pane, not raised
+@handler(ChatRequest, errors=())
+def chat(req: ChatRequest):
     """Send one question to every chosen checkpoint; yields (chatbot 1..3, scores, notes, state) as replies stream.
     `token`: the owner token, which lets this request start servers (visitors: see the module's docstring);
     `request`: whose the replies' math-verify questions are (Gradio passes it)."""
-    keys = [model_1, model_2, model_3]
+    message, gold, system, rewards, max_tokens = req.message, req.gold, req.system, req.rewards, req.max_tokens
+    temperature, top_p, token, state = req.temperature, req.top_p, req.token, req.state
+    keys = [req.model_1, req.model_2, req.model_3]
     state = state or new_state()
     missing = nothing_to_send(message, keys)
     if missing:
-        yield (*[list(d) for d in state["display"]], "", missing, state)
+        yield ChatView([list(d) for d in state["display"]], "", missing, state)
         return
     check_request(message, gold, keys, system, max_tokens)
     known = {t.key: t for t in discover_targets()}
@@ -255,7 +284,7 @@ def chat(message: str, gold: str, model_1: str, model_2: str, model_3: str, temp
     settings = {"temperature": float(temperature), "top_p": float(top_p), "max_tokens": int(max_tokens)}
     gold = (gold or "").strip()
     replies: list[str | None] = [None] * SLOTS
-    scores = ReplyScores(gold, rewards, visitor_of_request(request))  # each reply scored once, when it finishes
+    scores = ReplyScores(gold, rewards, visitor_of_request(req.request))  # each reply scored once, when it finishes
     notes: list[str] = []
     out: queue.Queue = queue.Queue()
     cancelled = threading.Event()
@@ -271,8 +300,8 @@ def chat(message: str, gold: str, model_1: str, model_2: str, model_3: str, temp
         replies[slot] = ""
         tags = trained[slot][0]
         prompt = system_prompt(tags) if not system or system == DEFAULT_SYSTEM else system
-        request = [{"role": "system", "content": prompt}] + history
-        threading.Thread(target=_stream_slot, args=(slot, known[key], request, settings, out, owner or key == default,
+        sent = [{"role": "system", "content": prompt}] + history
+        threading.Thread(target=_stream_slot, args=(slot, known[key], sent, settings, out, owner or key == default,
                                                     owner, cancelled), daemon=True).start()
         running += 1
     waiting: list[str | None] = [None] * SLOTS  # a pane's server start, while it has no text yet
@@ -282,7 +311,7 @@ def chat(message: str, gold: str, model_1: str, model_2: str, model_3: str, temp
             if reply is not None:
                 content = for_display(reply, trained[slot][0])
                 state["display"][slot][-1]["content"] = content or (waiting[slot] or "")
-        return (*[list(d) for d in state["display"]], scores.markdown(), "\n\n".join(notes), state)
+        return ChatView([list(d) for d in state["display"]], scores.markdown(), "\n\n".join(notes), state)
 
     try:
         yield view()
@@ -320,11 +349,19 @@ def chat(message: str, gold: str, model_1: str, model_2: str, model_3: str, temp
         cancelled.set()
 
 
-def restart_backends(model_1: str, model_2: str, model_3: str, token: str = "") -> str:
-    with as_user_error(PermissionError):
-        check_owner(token, "restarting the chat servers")  # a stranger could otherwise cycle 400 MB loads
+@dataclass
+class RestartRequest:
+    model_1: str | None
+    model_2: str | None
+    model_3: str | None
+    token: str | None = ""
+
+
+@handler(RestartRequest, errors=PermissionError)
+def restart_backends(req: RestartRequest) -> str:
+    check_owner(req.token, "restarting the chat servers")  # a stranger could otherwise cycle 400 MB loads
     known = {t.key: t for t in discover_targets()}
-    for key in (model_1, model_2, model_3):
+    for key in (req.model_1, req.model_2, req.model_3):
         if key in known:
             POOL.restart(known[key])
     return backends_status() + "\n\nStopped the chosen checkpoints' servers: the next question starts them again."

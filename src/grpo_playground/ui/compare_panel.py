@@ -21,13 +21,15 @@ comparison's state; /compare_resume (id, token) -> its state; /compare_status (i
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import gradio as gr
 import pandas as pd
 
 from grpo_playground.config import load_recipe
-from grpo_playground.jobs import list_runs, run_path
+from grpo_playground.jobs.runs import list_runs
+from grpo_playground.run_layout import run_path
 from grpo_playground.experiments.plan import ComparisonPlan, form_fields
 from grpo_playground.experiments.progress import SCORED
 from grpo_playground.jobs.comparisons import (comparison_state, list_comparisons, resume_comparison, start_comparison,
@@ -37,7 +39,7 @@ from grpo_playground.contracts.layout import RECIPE_FILE
 from grpo_playground.contracts.shipped import RECIPES_DIR, shipped_recipes
 from grpo_playground.step_timing import clock
 from grpo_playground.ui.public_paths import public_api
-from grpo_playground.ui.user_errors import as_user_error
+from grpo_playground.ui.handlers import handler, inputs
 
 POLL_S = 3.0
 START_ACTION = "starting, stopping or resuming a comparison"
@@ -217,81 +219,137 @@ def source_frame(result: dict | None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["arm", *names])
 
 
-def view(selected: str | None, shown: dict | None):
+@dataclass
+class ViewRequest:
+    picker: str | None  # the chosen comparison; none or gone: the newest
+    shown: dict | None  # what the page shows (ViewAnswer.shown of the last view); None: nothing yet
+
+
+@dataclass
+class ViewAnswer:
+    """A value per shown component, gr.skip() where nothing changed."""
+    status: object = field(default_factory=gr.skip)
+    log: object = field(default_factory=gr.skip)
+    chart: object = field(default_factory=gr.skip)
+    arms: object = field(default_factory=gr.skip)
+    levels: object = field(default_factory=gr.skip)
+    shown: dict | None = None
+    picker: object = field(default_factory=gr.skip)
+    result_box: object = field(default_factory=gr.skip)
+    no_result: object = field(default_factory=gr.skip)
+    sources: object = field(default_factory=gr.skip)
+    source_box: object = field(default_factory=gr.skip)
+
+
+@handler(ViewRequest)
+def view(req: ViewRequest) -> ViewAnswer:
     """Status, log, chart and tables of the chosen comparison (the newest when none is chosen), then whether its
     result is shown (the chart and tables) or the sentence that there is none yet; the chart, tables and that
     choice are re-sent only when its result changed."""
     ids = list_comparisons()
+    selected = req.picker
     chosen = selected if selected in ids else (ids[0] if ids else None)
     if chosen is None:
-        return ("No comparison has run from this app yet.", "", gr.skip(), gr.skip(), gr.skip(), shown,
-                gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip())
+        return ViewAnswer(status="No comparison has run from this app yet.", log="", shown=req.shown)
     state = comparison_state(chosen)
-    signature = {"id": chosen, "finished": state["result"] is not None, "ids": ids}
-    shown = shown or {}
-    if (shown.get("id"), shown.get("finished")) == (chosen, signature["finished"]):
-        chart, arms, levels, result_box, no_result, per_source, source_box = (gr.skip(),) * 7
-    else:
+    answer = ViewAnswer(status=state_text(state), log=state["log"],
+                        shown={"id": chosen, "finished": state["result"] is not None, "ids": ids})
+    shown = req.shown or {}
+    if (shown.get("id"), shown.get("finished")) != (chosen, answer.shown["finished"]):
         result = state["result"]
-        chart, arms, levels = chart_frame(result), arms_frame(result), level_frame(result)
-        result_box, no_result = gr.Column(visible=bool(result)), gr.Markdown(visible=not result)
-        per_source = source_frame(result)
-        source_box = gr.Column(visible=not per_source.empty)
+        answer.chart, answer.arms, answer.levels = chart_frame(result), arms_frame(result), level_frame(result)
+        answer.result_box, answer.no_result = gr.Column(visible=bool(result)), gr.Markdown(visible=not result)
+        answer.sources = source_frame(result)
+        answer.source_box = gr.Column(visible=not answer.sources.empty)
     # a valid pick is never sent back: a tick computed before Start's answer would set the picker to the old id
     if selected != chosen:
-        picker = gr.Dropdown(choices=ids, value=chosen)
-    else:
-        picker = gr.skip() if shown.get("ids") == ids else gr.update(choices=ids)
-    return (state_text(state), state["log"], chart, arms, levels, signature, picker, result_box, no_result,
-            per_source, source_box)
+        answer.picker = gr.Dropdown(choices=ids, value=chosen)
+    elif shown.get("ids") != ids:
+        answer.picker = gr.update(choices=ids)
+    return answer
 
 
-def run_start(recipe, token, *values):
-    with as_user_error():
-        state = start(recipe, token, *values)
+@dataclass
+class StartRequest:
+    """The panel's Start: the recipe, the owner token, then the plan's boxes in FORM's order."""
+    recipe: str | None
+    token: str | None
+    plan: dict = inputs(FORM)
+
+
+@handler(StartRequest)
+def run_start(req: StartRequest) -> gr.Dropdown:
+    state = start(req.recipe, req.token, *req.plan.values())
     return gr.Dropdown(choices=list_comparisons(), value=state["id"])
 
 
-def run_resume(selected, token):
-    with as_user_error():
-        check_owner(token, START_ACTION)
-        state = resume_comparison(selected)
+@dataclass
+class PickedRequest:
+    picker: str | None  # the comparison to stop or resume
+    token: str | None
+
+
+@handler(PickedRequest)
+def run_resume(req: PickedRequest) -> gr.Dropdown:
+    check_owner(req.token, START_ACTION)
+    state = resume_comparison(req.picker)
     return gr.Dropdown(choices=list_comparisons(), value=state["id"])
 
 
-def run_stop(selected, token) -> str:
-    with as_user_error():
-        check_owner(token, START_ACTION)
-        return stop_comparison(selected)
+@handler(PickedRequest)
+def run_stop(req: PickedRequest) -> str:
+    check_owner(req.token, START_ACTION)
+    return stop_comparison(req.picker)
 
 
-def api_start(recipe: str, minutes: float = PLAN.minutes, n_worked: int = PLAN.n_worked,
-              n_answers: int = PLAN.n_answers, n_eval: int = PLAN.n_eval, levels: str = PLAN.levels,
-              round_steps: int = PLAN.round_steps, max_rounds: int = PLAN.max_rounds,
-              format_target: float = PLAN.format_target, token: str = "", answers: str = "",
-              eval_data: str = "") -> dict:
+SOURCES = ("answers", "eval_data")  # the plan's data sources: /compare_start takes them after the token
+
+
+@dataclass
+class ApiStartRequest:
+    """/compare_start's parameters: the recipe, the plan's settings with its defaults, the token, the sources."""
+    recipe: str
+    settings: dict = inputs([name for name in FORM if name not in SOURCES], like=ComparisonPlan, default_factory=dict)
+    token: str = ""
+    sources: dict = inputs(SOURCES, like=ComparisonPlan, default_factory=dict)
+
+
+def _without_log(state: dict) -> dict:
+    return {k: v for k, v in state.items() if k != "log"}
+
+
+@handler(ApiStartRequest)
+def api_start(req: ApiStartRequest) -> dict:
     """Start a GRPO vs more SFT comparison on a recipe ("recipe:NAME" or "run:ID"), A and the held-out set from the
     generator ("") or a gsm8k:PATH.jsonl file each; its state, without the log. The parameters are the plan's fields
     (named for gradio_client; tests/test_compare.py checks they are FORM's)."""
-    plan = {name: value for name, value in locals().items() if name in FORM}
-    with as_user_error():
-        state = start(recipe, token, *(plan[name] for name in FORM))
-    return {k: v for k, v in state.items() if k != "log"}
+    plan = {**req.settings, **req.sources}
+    return _without_log(start(req.recipe, req.token, *(plan[name] for name in FORM)))
 
 
-def api_resume(comparison_id: str, token: str = "") -> dict:
+@dataclass
+class ApiResumeRequest:
+    comparison_id: str
+    token: str = ""
+
+
+@handler(ApiResumeRequest)
+def api_resume(req: ApiResumeRequest) -> dict:
     """Resume a stopped or cut comparison from the steps it finished; its state, without the log."""
-    with as_user_error():
-        check_owner(token, START_ACTION)
-        state = resume_comparison(comparison_id)
-    return {k: v for k, v in state.items() if k != "log"}
+    check_owner(req.token, START_ACTION)
+    return _without_log(resume_comparison(req.comparison_id))
 
 
-def api_status(comparison_id: str = "") -> dict:
+@dataclass
+class ApiStatusRequest:
+    comparison_id: str = ""
+
+
+@handler(ApiStatusRequest)
+def api_status(req: ApiStatusRequest) -> dict:
     """A comparison's state (the newest when the id is empty): steps, result; {} when none has run."""
     ids = list_comparisons()
-    with as_user_error():
-        return comparison_state(comparison_id or ids[0]) if comparison_id or ids else {}
+    return comparison_state(req.comparison_id or ids[0]) if req.comparison_id or ids else {}
 
 
 def create_compare_panel() -> dict:

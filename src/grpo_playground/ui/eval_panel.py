@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass, field
 
 import gradio as gr
 import pandas as pd
@@ -28,7 +29,7 @@ from grpo_playground.owner import check_owner, owner_token_required
 from grpo_playground.serving import vllm_unavailable_reason
 from grpo_playground.ui import eval_chart
 from grpo_playground.ui.public_paths import public_api
-from grpo_playground.ui.user_errors import as_user_error
+from grpo_playground.ui.handlers import handler
 
 MAX_N = 2000
 MAX_BATCH_SIZE, MIN_NEW_TOKENS, MAX_NEW_TOKENS = 128, 16, 2048
@@ -78,25 +79,45 @@ def readable_log(text: str) -> str:
     return "\n".join(lines)
 
 
-def refresh(data: str | None, shown: dict | None):
+@dataclass
+class RefreshRequest:
+    data: str | None  # the data source box: the chart and verdict are for its results
+    shown: dict | None  # what the page shows (RefreshAnswer.shown of the last refresh); None: nothing yet
+
+
+@dataclass
+class RefreshAnswer:
+    status: str
+    log: str
+    table: object = field(default_factory=gr.skip)
+    chart: object = field(default_factory=gr.skip)
+    verdict: object = field(default_factory=gr.skip)
+    checkpoints: object = field(default_factory=gr.skip)  # the picker's choices
+    shown: dict | None = None
+
+
+@handler(RefreshRequest)
+def refresh(req: RefreshRequest) -> RefreshAnswer:
     """Status, log, table, chart, verdict and the checkpoint list from disk; each of table, chart and list is
     re-sent only when it changed (a new result, a new run or stage on disk), so a page open since before a run
     was made still lists it, and a finished evaluation redraws the chart without a reload."""
     state = eval_job_state()
     results = store.load_results()
     checkpoints = store.list_checkpoints()
-    signature = {"results": [r["file"] for r in results], "data": data, "checkpoints": checkpoints}
-    shown = shown or {}
-    table = chart = words = choices = gr.skip()
-    if shown.get("results") != signature["results"] or shown.get("data") != data:
+    data = req.data
+    answer = RefreshAnswer(job_status(state), readable_log(state["log"]),
+                           shown={"results": [r["file"] for r in results], "data": data, "checkpoints": checkpoints})
+    shown = req.shown or {}
+    if shown.get("results") != answer.shown["results"] or shown.get("data") != data:
         latest = store.latest_per_checkpoint(results, _data_or_none(data))
-        table = _frame(results)
-        chart = gr.update(value=eval_chart.chart_plot(latest), visible=True) if latest else \
+        answer.table = _frame(results)
+        answer.chart = gr.update(value=eval_chart.chart_plot(latest), visible=True) if latest else \
             gr.update(value=None, visible=False)
-        words = eval_chart.verdict(latest) if latest else "No saved evaluation yet: pick checkpoints and press Evaluate."
+        answer.verdict = (eval_chart.verdict(latest) if latest else
+                          "No saved evaluation yet: pick checkpoints and press Evaluate.")
     if shown.get("checkpoints") != checkpoints:
-        choices = gr.update(choices=checkpoints)
-    return job_status(state), readable_log(state["log"]), table, chart, words, choices, signature
+        answer.checkpoints = gr.update(choices=checkpoints)
+    return answer
 
 
 def _data_or_none(data: str | None) -> str | None:
@@ -111,44 +132,67 @@ def backend_choices() -> list[str]:
     return ["transformers"] + (["vllm"] if vllm_unavailable_reason() is None else [])
 
 
-def run_evals(checkpoints, data, n, batch_size, max_new_tokens, token, backend="transformers") -> str:
+@dataclass
+class EvalRequest:
+    """What to evaluate: the Evaluate button's inputs and /eval_start's parameters, in this order."""
+    checkpoints: list[str]  # checkpoint values (from /eval_checkpoints)
+    data: str = "generator:test"
+    n: int = 100
+    batch_size: int = 16
+    max_new_tokens: int = 256
+    backend: str = "transformers"
+    token: str = ""
+
+
+def start_evals(req: EvalRequest) -> str:
     """Start the evaluation job (returns at once; the timer shows its progress in the status); what started."""
-    with as_user_error():
-        check_owner(token)
-        if backend not in backend_choices():
-            raise ValueError(f"backend {backend!r} cannot run here: use one of {', '.join(backend_choices())}")
-        if not checkpoints:
-            raise ValueError("pick at least one checkpoint")
-        if len(checkpoints) > MAX_CHECKPOINTS:
-            raise ValueError(f"{len(checkpoints)} checkpoints: compare at most {MAX_CHECKPOINTS} at once")
-        models = [store.check_checkpoint(c) for c in checkpoints]
-        data = str(parse_spec(data))
-        if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
-               for v in (n, batch_size, max_new_tokens)):
-            raise ValueError("n, batch size and max new tokens must be numbers")
-        n, batch_size, max_new_tokens = int(n), int(batch_size), int(max_new_tokens)
-        if not 1 <= n <= MAX_N:
-            raise ValueError(f"n={n}: evaluate between 1 and {MAX_N} examples here (the CLI takes more)")
-        # the API passes values as sent (the sliders' bounds hold in the page only)
-        if not 1 <= batch_size <= MAX_BATCH_SIZE:
-            raise ValueError(f"batch size {batch_size}: use 1 to {MAX_BATCH_SIZE}")
-        if not MIN_NEW_TOKENS <= max_new_tokens <= MAX_NEW_TOKENS:
-            raise ValueError(f"max new tokens {max_new_tokens}: use {MIN_NEW_TOKENS} to {MAX_NEW_TOKENS}")
-        state = start_eval_job(models, data, n, batch_size, max_new_tokens, backend)
-        return (f"Started evaluating {len(state['items'])} checkpoint(s) on {n} examples of `{data}` with "
-                f"{backend}: each one's progress shows below.")
+    check_owner(req.token)
+    backend, checkpoints = req.backend, req.checkpoints
+    if backend not in backend_choices():
+        raise ValueError(f"backend {backend!r} cannot run here: use one of {', '.join(backend_choices())}")
+    if not checkpoints:
+        raise ValueError("pick at least one checkpoint")
+    if len(checkpoints) > MAX_CHECKPOINTS:
+        raise ValueError(f"{len(checkpoints)} checkpoints: compare at most {MAX_CHECKPOINTS} at once")
+    models = [store.check_checkpoint(c) for c in checkpoints]
+    data = str(parse_spec(req.data))
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+           for v in (req.n, req.batch_size, req.max_new_tokens)):
+        raise ValueError("n, batch size and max new tokens must be numbers")
+    n, batch_size, max_new_tokens = int(req.n), int(req.batch_size), int(req.max_new_tokens)
+    if not 1 <= n <= MAX_N:
+        raise ValueError(f"n={n}: evaluate between 1 and {MAX_N} examples here (the CLI takes more)")
+    # the API passes values as sent (the sliders' bounds hold in the page only)
+    if not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise ValueError(f"batch size {batch_size}: use 1 to {MAX_BATCH_SIZE}")
+    if not MIN_NEW_TOKENS <= max_new_tokens <= MAX_NEW_TOKENS:
+        raise ValueError(f"max new tokens {max_new_tokens}: use {MIN_NEW_TOKENS} to {MAX_NEW_TOKENS}")
+    state = start_eval_job(models, data, n, batch_size, max_new_tokens, backend)
+    return (f"Started evaluating {len(state['items'])} checkpoint(s) on {n} examples of `{data}` with "
+            f"{backend}: each one's progress shows below.")
 
 
-def stop_eval(token: str | None = None) -> str:
-    with as_user_error(PermissionError):
-        check_owner(token)
+@handler(EvalRequest)
+def run_evals(req: EvalRequest) -> str:
+    """The Evaluate button: what started, in the message."""
+    return start_evals(req)
+
+
+@dataclass
+class StopRequest:
+    token: str | None = None
+
+
+@handler(StopRequest, errors=PermissionError)
+def stop_eval(req: StopRequest) -> str:
+    check_owner(req.token)
     return stop_eval_job()
 
 
-def api_start(checkpoints: list[str], data: str = "generator:test", n: int = 100, batch_size: int = 16,
-              max_new_tokens: int = 256, backend: str = "transformers", token: str = "") -> dict:
+@handler(EvalRequest)
+def api_start(req: EvalRequest) -> dict:
     """Start evaluating checkpoint values (from /eval_checkpoints); the job's state, without the log."""
-    run_evals(checkpoints, data, n, batch_size, max_new_tokens, token, backend)
+    start_evals(req)
     return api_status()
 
 
@@ -209,7 +253,7 @@ def create_eval_panel() -> dict:
     gr.on(None, refresh, [data, gr.State(None)], views, **ui)
     gr.on([timer.tick, data.submit], refresh, [data, shown], views, show_progress="hidden", **ui)
     refresh_btn.click(refresh, [data, gr.State(None)], views, **ui)
-    run.click(run_evals, [checkpoints, data, n, batch_size, max_new_tokens, token, backend], message,
+    run.click(run_evals, [checkpoints, data, n, batch_size, max_new_tokens, backend, token], message,
               concurrency_limit=1, concurrency_id="eval", **ui)
     stop.click(stop_eval, token, message, **ui)
     return {"checkpoints": checkpoints, "data": data, "n": n, "batch_size": batch_size,

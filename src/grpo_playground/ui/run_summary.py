@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean, variance
 
 import gradio as gr
 
-from grpo_playground import jobs
+from grpo_playground.jobs.runs import RunInfo, load_run, reconcile
+from grpo_playground.run_layout import run_path
 from grpo_playground.config import load_recipe
 from grpo_playground.jobs import eval_results as store
 from grpo_playground.rewards.group import explain_extraction
@@ -24,6 +26,7 @@ from grpo_playground.contracts.states import TRAINED_STAGES
 from grpo_playground.run_layout import latest_stage, stage_done
 from grpo_playground.step_timing import clock
 from grpo_playground.tags import DEFAULT_TAGS
+from grpo_playground.ui.handlers import handler
 
 
 def _format_rate(sample: dict | None, run_dir: Path) -> str:
@@ -66,7 +69,7 @@ def reward_change(rewards: list[float]) -> str:
             f"{len(rewards)} steps: {change:+.2f} ± {error:.2f}{', within noise' if words == 'did not move' else ''})")
 
 
-def summary_markdown(info: jobs.RunInfo, metrics: list[dict], sample: dict | None, preflight: dict | None,
+def summary_markdown(info: RunInfo, metrics: list[dict], sample: dict | None, preflight: dict | None,
                      results: list[dict]) -> str:
     """The card of a finished run, two short lines beside its next-step buttons ('' for any other state: the
     progress line says where it is)."""
@@ -105,7 +108,7 @@ def eval_preset(run_id: str) -> tuple[list[str], str | None]:
     """What 'Evaluate it' picks: the run's base model (where this machine can evaluate it: the comparison's
     baseline) and its trained stages as Evaluate tab values (`<run id>/<stage>`, as store.list_checkpoints gives),
     and the data the run is judged on (its recipe's eval_source; None when the recipe cannot be read)."""
-    run = jobs.run_path(run_id)
+    run = run_path(run_id)
     stages = [f"{run_id}/{s}" for s in TRAINED_STAGES if stage_done(run, s)]
     try:
         config = load_recipe(run / RECIPE_FILE)
@@ -114,6 +117,12 @@ def eval_preset(run_id: str) -> tuple[list[str], str | None]:
     base = config.model.name_or_path
     listed = {value for _, value in store.list_checkpoints()}
     return ([base] if base in listed else []) + stages, config.data.eval_source
+
+
+@dataclass
+class ViewRequest:
+    """A button of the live run: the view's state (its "run_id", its feed of metrics and sample groups)."""
+    view: dict | None
 
 
 def link_next_steps(buttons: list[gr.Button], shown_run: gr.State, tabs: gr.Tabs, chat_picker: gr.Dropdown,
@@ -128,13 +137,14 @@ def link_next_steps(buttons: list[gr.Button], shown_run: gr.State, tabs: gr.Tabs
 
     def say(run_id, text):
         try:  # the state the tick compares with (it reconciles too)
-            state = jobs.reconcile(jobs.load_run(jobs.run_path(run_id))).state
+            state = reconcile(load_run(run_path(run_id))).state
         except (FileNotFoundError, ValueError):  # deleted since the card was drawn
             state = None
         return {message: text, message_for: [run_id, state]}
 
-    def chat_with(view):
-        run_id = (view or {}).get("run_id")
+    @handler(ViewRequest)
+    def chat_with(req: ViewRequest) -> dict:
+        run_id = (req.view or {}).get("run_id")
         choices = target_choices()
         key = chat_choice(run_id, runnable_targets()) if run_id else None
         if key is None:
@@ -142,9 +152,10 @@ def link_next_steps(buttons: list[gr.Button], shown_run: gr.State, tabs: gr.Tabs
                                "chats with GGUF files; a GPU with vLLM chats with the LoRA folder).")
         return {chat_picker: gr.Dropdown(choices=choices, value=key), tabs: gr.Tabs(selected="chat")}
 
-    def evaluate(view):
-        run_id = (view or {}).get("run_id")
-        if not run_id or latest_stage(jobs.run_path(run_id)) is None:
+    @handler(ViewRequest)
+    def evaluate(req: ViewRequest) -> dict:
+        run_id = (req.view or {}).get("run_id")
+        if not run_id or latest_stage(run_path(run_id)) is None:
             return say(run_id, f"**{run_id}** has no trained stage to evaluate yet.")
         picked, data = eval_preset(run_id)
         return {eval_picker: gr.Dropdown(choices=store.list_checkpoints(), value=picked),

@@ -24,7 +24,8 @@ from grpo_playground.contracts.metrics import (
     REWARD_STD,
     TRAIN_RUNTIME,
 )
-from grpo_playground.jobs import RunFeed, RunInfo
+from grpo_playground.jobs.feed import RunFeed
+from grpo_playground.jobs.runs import RunInfo
 from grpo_playground.contracts.layout import METRICS_FILE, RECIPE_FILE, RESUMES_KEY
 from grpo_playground.contracts.states import ACTIVE_STATES, TRAINED_STAGES
 from grpo_playground.step_timing import PHASES, clock, phase_key

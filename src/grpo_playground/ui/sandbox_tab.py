@@ -12,11 +12,9 @@ returns a table with one row per completion, one column per enabled reward, `tot
 
 from __future__ import annotations
 
-import functools
-import inspect
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import gradio as gr
 import pandas as pd
@@ -42,7 +40,7 @@ from grpo_playground.tags import DEFAULT_TAGS, Tags
 from grpo_playground.ui.request_limits import visitor_of_request
 from grpo_playground.ui.sandbox_input import MAX_PASTE_CHARS, join_group, read_completions_file, split_group
 from grpo_playground.ui.sandbox_render import render_details, render_report
-from grpo_playground.ui.user_errors import as_user_error
+from grpo_playground.ui.handlers import handler, inputs
 
 NAMES = list(REWARDS)
 _W = "<start_working_out>6 x 7 = 42<end_working_out>"
@@ -74,33 +72,25 @@ def _custom_scores(code: str, completions: list[str], answer: str) -> list[float
     return result.scores
 
 
-# The inputs of every handler, in order; the names are what gradio_client callers pass as keywords.
 # the shaped rewards' knobs, named as their recipe keys (rewards.<name>; the limit is grpo.max_completion_length)
 KNOB_NAMES = ["gate_on_format", "max_completion_length", "overlong_buffer", "cosine_max_len", "repetition_n_grams",
               "repetition_max_penalty"]
-INPUT_NAMES = ["completions_text", "answer", "enabled", "scale", *DEFAULT_TAGS.to_dict(), "custom_code",
-               "owner_token", *KNOB_NAMES, *(f"weight_{n}" for n in NAMES)]
 
 
-def _named_inputs(fn):
-    """Give a handler taking *args the signature of INPUT_NAMES, which Gradio publishes as the API's parameters, and
-    a last parameter for the visitor's gr.Request (Gradio fills it; a direct call may leave it out): the handler's
-    math-verify questions count against that visitor (equivalence.VISITOR)."""
-
-    @functools.wraps(fn)
-    def handler(*args):
-        inputs, request = (args[:-1], args[-1]) if len(args) > len(INPUT_NAMES) else (args, None)
-        token = VISITOR.set(visitor_of_request(request))
-        try:
-            return fn(*inputs)
-        finally:
-            VISITOR.reset(token)
-
-    parameters = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in INPUT_NAMES]
-    request = inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=gr.Request)
-    handler.__signature__ = inspect.Signature([*parameters, request])
-    handler.__annotations__ = {"request": gr.Request}
-    return handler
+@dataclass
+class ScoreRequest:
+    """The sandbox's boxes in the order the tab wires them; the names are what gradio_client callers pass as keywords
+    (/score's parameters). A script may send anything: compute checks each value."""
+    completions_text: str | None
+    answer: str | None
+    enabled: list | None
+    scale: str | None
+    tags: dict = inputs(list(DEFAULT_TAGS.to_dict()))  # Tags field -> its box's text
+    custom_code: str | None
+    owner_token: str | None
+    knobs: dict = inputs(KNOB_NAMES)  # KNOB_NAMES -> its box's value
+    weights: dict = inputs({f"weight_{name}": name for name in NAMES})  # reward name -> its weight box's value
+    request: gr.Request | None = None  # the visitor's (Gradio fills it): their math-verify questions count against them
 
 
 def _number(name: str, value, whole: bool = True):
@@ -110,44 +100,55 @@ def _number(name: str, value, whole: bool = True):
     return int(value) if whole else float(value)
 
 
-def shaping_from(chosen: dict, gate, max_completion_length, overlong_buffer, cosine_max_len, n_grams, max_penalty):
+def shaping_from(chosen: dict, knobs: dict):
     """The knobs as a recipe's `rewards:` section holds them, checked by the same rules (errors name the key)."""
-    limit = _number("max completion length", max_completion_length)
+    limit = _number("max completion length", knobs["max_completion_length"])
     if not 1 <= limit <= MAX_COMPLETION_TOKENS:
         raise RewardInputError(f"max completion length {limit}: give the run's grpo.max_completion_length in "
                                f"tokens, 1 to {MAX_COMPLETION_TOKENS}")
-    settings = RewardSettings(dict(chosen), gate_on_format=bool(gate),
-                              overlong_buffer=_number("overlong buffer", overlong_buffer),
-                              cosine_max_len=_number("cosine max length", cosine_max_len),
-                              repetition_n_grams=_number("repetition n-gram size", n_grams),
-                              repetition_max_penalty=_number("repetition max penalty", max_penalty, whole=False))
+    settings = RewardSettings(dict(chosen), gate_on_format=bool(knobs["gate_on_format"]),
+                              overlong_buffer=_number("overlong buffer", knobs["overlong_buffer"]),
+                              cosine_max_len=_number("cosine max length", knobs["cosine_max_len"]),
+                              repetition_n_grams=_number("repetition n-gram size", knobs["repetition_n_grams"]),
+                              repetition_max_penalty=_number("repetition max penalty", knobs["repetition_max_penalty"],
+                                                             whole=False))
     settings.validate_knobs()
     return settings.shaping(limit)
 
 
-def compute(completions_text, answer, enabled, scale, rs, re_, ss, se, code, token, gate, max_completion_length,
-            overlong_buffer, cosine_max_len, n_grams, max_penalty, *weights) -> tuple[GroupScore, DesignReport]:
-    """Everything the tab and the API show; bad input raises RewardInputError / ValueError with the fix."""
+def compute(req: ScoreRequest) -> tuple[GroupScore, DesignReport]:
+    """Everything the tab and the API show; bad input raises RewardInputError / ValueError with the fix. Its
+    math-verify questions count against the request's visitor (equivalence.VISITOR)."""
+    token = VISITOR.set(visitor_of_request(req.request))
+    try:
+        return _compute(req)
+    finally:
+        VISITOR.reset(token)
+
+
+def _compute(req: ScoreRequest) -> tuple[GroupScore, DesignReport]:
+    code = req.custom_code
     if code and code.strip():  # running code is the owner's: checked before anything a stranger sent is read
         try:
-            check_owner(token, "running custom reward code")
+            check_owner(req.owner_token, "running custom reward code")
         except PermissionError as exc:
             raise RewardInputError(str(exc)) from None
-    tags = Tags(rs, re_, ss, se)
-    chosen = {name: w for name, w in zip(NAMES, weights) if name in (enabled or [])}
+    tags = Tags(**req.tags)
+    chosen = {name: w for name, w in req.weights.items() if name in (req.enabled or [])}
     for name in chosen:
         if chosen[name] is None:
             raise RewardInputError(f"weight of {name} is empty: give a number such as 1.0")
-    shaping = shaping_from(chosen, gate, max_completion_length, overlong_buffer, cosine_max_len, n_grams, max_penalty)
-    completions = split_group(completions_text or "")
-    answers = gold_answers(answer, len(completions), chosen)
+    shaping = shaping_from(chosen, req.knobs)
+    completions = split_group(req.completions_text or "")
+    answers = gold_answers(req.answer, len(completions), chosen)
     if code and code.strip() and len(answers) > 1:
         raise RewardInputError("a custom reward takes one gold answer for the group: give one answer, not one each")
     custom = _custom_scores(code, completions, answers[0]) if completions else None
     gold = answers[0] if len(answers) == 1 else answers
     # one budget for the whole request, design check included: others keep their share
     with scoring_request(sum(map(len, completions))):
-        group = score_group(completions, gold, chosen, tags, scale, {"custom": custom} if custom else None, shaping)
+        group = score_group(completions, gold, chosen, tags, req.scale, {"custom": custom} if custom else None,
+                            shaping)
         return group, check_design(chosen, tags, shaping)
 
 
@@ -202,33 +203,49 @@ def _frame(group: GroupScore) -> pd.DataFrame:
                         columns=headers)
 
 
-@_named_inputs
-def score_table(*inputs) -> pd.DataFrame:
+@dataclass
+class ScoreView:
+    table: object  # the scores' frame, hidden on an error (an empty one showed a placeholder headed "1 | 2 | 3")
+    report: str
+    details: str  # per-completion cards
+
+
+@handler(ScoreRequest, errors=ValueError)
+def score_table(req: ScoreRequest) -> pd.DataFrame:
     """The `score` API: the table, or a gr.Error whose message says what to fix."""
-    with as_user_error(ValueError):
-        group, _ = compute(*inputs)
+    group, _ = compute(req)
     return _frame(group)
 
 
-@_named_inputs
-def score_view(*inputs):
-    """The live view: (table, report markdown, per-completion cards); errors go in the report, never a crash, and
-    the table is hidden (an empty one showed a placeholder headed "1 | 2 | 3")."""
+@handler(ScoreRequest, errors=ValueError)
+def score_view(req: ScoreRequest) -> ScoreView:
+    """The live view; errors go in the report, never a crash."""
     try:
-        group, design = compute(*inputs)
+        group, design = compute(req)
     except ValueError as exc:
-        return gr.update(value=None, visible=False), render_report(None, None, [f"Error: {exc}"]), ""
+        return ScoreView(gr.update(value=None, visible=False), render_report(None, None, [f"Error: {exc}"]), "")
     hint = fraction_answer_hint(group)
-    return (gr.update(value=_frame(group), visible=True), render_report(group, design, [hint] if hint else []),
-            render_details(group))
+    return ScoreView(gr.update(value=_frame(group), visible=True), render_report(group, design, [hint] if hint else []),
+                     render_details(group))
 
 
-def upload_file(path):
-    if not path:
-        return gr.update(), gr.update()
-    with as_user_error((ValueError, OSError)):
-        completions, answer = read_completions_file(path)
-    return join_group(completions), answer if answer is not None else gr.update()
+@dataclass
+class UploadRequest:
+    path: str | None
+
+
+@dataclass
+class UploadAnswer:
+    completions: object = field(default_factory=gr.update)  # unchanged unless a file was read
+    answer: object = field(default_factory=gr.update)
+
+
+@handler(UploadRequest, errors=(ValueError, OSError))
+def upload_file(req: UploadRequest) -> UploadAnswer:
+    if not req.path:
+        return UploadAnswer()
+    completions, answer = read_completions_file(req.path)
+    return UploadAnswer(join_group(completions), answer if answer is not None else gr.update())
 
 
 def knob_defaults() -> dict:

@@ -10,49 +10,26 @@ is set; watching does not.
 
 from __future__ import annotations
 
-import functools
-import inspect
+from dataclasses import dataclass
 
-from grpo_playground import jobs
+from grpo_playground.jobs.control import resume_run, start_run, stop_run
+from grpo_playground.jobs.feed import RunFeed
+from grpo_playground.jobs.runs import list_runs, load_run, queue_line, reconcile
+from grpo_playground.run_layout import run_path
 from grpo_playground.jobs.data_preview import run_preview
 from grpo_playground.jobs.exports import export_state, start_export
 from grpo_playground.jobs.scale_outs import scale_out_state, start_scale_out
 from grpo_playground.owner import check_owner
 from grpo_playground.ui.config_form import config_from_yaml_text
-from grpo_playground.ui.user_errors import as_user_error, user_error
-
-# what a script may send for each annotated parameter (the API passes values as sent: a null reached int(None))
-KINDS = {"str": (lambda v: isinstance(v, str), "text"),
-         "list[str]": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of texts")}
-
-
-def _api(fn):
-    """An API endpoint: a user's mistake (bad recipe, wrong token, unknown run, a value of the wrong kind) comes
-    back as a plain message."""
-    signature = inspect.signature(fn)
-
-    @functools.wraps(fn)  # gradio reads the wrapped signature for the API's parameters
-    def endpoint(*args, **kwargs):
-        bound = signature.bind(*args, **kwargs)
-        for name, value in bound.arguments.items():
-            parameter = signature.parameters[name]
-            if value is None and parameter.default is not inspect.Parameter.empty:
-                bound.arguments[name] = parameter.default  # a null for an optional value: its default
-                continue
-            accepts, kind = KINDS.get(parameter.annotation, (None, None))
-            if accepts and not accepts(value):
-                raise user_error(ValueError(f"{name} must be {kind}, not {type(value).__name__}"))
-        with as_user_error():
-            return fn(*bound.args, **bound.kwargs)
-    return endpoint
+from grpo_playground.ui.handlers import handler
 
 
 def run_summary(run_id: str) -> dict:
     """Status of one run as JSON: its status.json, job pids, metric count, last step, queue position."""
-    info = jobs.reconcile(jobs.load_run(jobs.run_path(run_id)))
-    feed = jobs.RunFeed(info.path)
+    info = reconcile(load_run(run_path(run_id)))
+    feed = RunFeed(info.path)
     feed.poll()
-    queue = jobs.queue_line()
+    queue = queue_line()
     return {"run_id": info.run_id, "state": info.state, "status": info.status, "pgid": info.job.get("pid"),
             "command": info.job.get("meta", {}).get("command"), "metrics": len(feed.metrics),
             "last_metrics": feed.metrics[-1] if feed.metrics else None,
@@ -61,76 +38,115 @@ def run_summary(run_id: str) -> dict:
             "scale_out": scale_out_state(info.path)}
 
 
-@_api
-def api_start(recipe_yaml: str, stage: str = "all", token: str = "") -> dict:
+# Each endpoint's parameters, as gradio_client callers pass them (ui.handlers checks the texts, and gives a null its
+# default); a user's mistake (bad recipe, wrong token, unknown run) comes back as a plain message.
+
+@dataclass
+class RecipeRequest:
+    recipe_yaml: str  # recipe YAML text (keys = RunConfig fields)
+    stage: str = "all"
+    token: str = ""
+
+
+@dataclass
+class PreviewRequest:
+    recipe_yaml: str
+    stage: str = "grpo"  # sft or grpo: whose data
+    token: str = ""
+
+
+@dataclass
+class RunRequest:
+    run_id: str
+    token: str = ""
+
+
+@dataclass
+class ExportRequest:
+    run_id: str
+    gguf: list[str]  # GGUF types, e.g. ["q4_k_m"]
+    token: str = ""
+    stage: str = ""  # sft or grpo; empty: the latest trained
+
+
+@dataclass
+class RunIdRequest:
+    run_id: str
+
+
+@handler(RecipeRequest)
+def api_start(req: RecipeRequest) -> dict:
     """Start a run from recipe YAML text (keys = RunConfig fields); returns its summary at once."""
-    check_owner(token)  # before the YAML is even read: a stranger's text costs nothing
-    info = jobs.start_run(config_from_yaml_text(recipe_yaml), stage, token)
+    check_owner(req.token)  # before the YAML is even read: a stranger's text costs nothing
+    info = start_run(config_from_yaml_text(req.recipe_yaml), req.stage, req.token)
     return run_summary(info.run_id)
 
 
-@_api
-def api_preview_data(recipe_yaml: str, stage: str = "grpo", token: str = "") -> dict:
+@handler(PreviewRequest)
+def api_preview_data(req: PreviewRequest) -> dict:
     """The first rows of a recipe's `stage` data (sft or grpo) as its model will see them: rendered prompt, gold
     answer, SFT target; with the rows read and skipped by reason. Owner only (a source names server files)."""
-    check_owner(token, "previewing data")  # before the YAML is read
-    return run_preview(config_from_yaml_text(recipe_yaml), stage, token)
+    check_owner(req.token, "previewing data")  # before the YAML is read
+    return run_preview(config_from_yaml_text(req.recipe_yaml), req.stage, req.token)
 
 
-@_api
-def api_stop(run_id: str, token: str = "") -> dict:
+@handler(RunRequest)
+def api_stop(req: RunRequest) -> dict:
     """Ask a run to save and stop (the whole process group is killed after the grace period)."""
-    jobs.stop_run(run_id, token)
-    return run_summary(run_id)
+    stop_run(req.run_id, req.token)
+    return run_summary(req.run_id)
 
 
-@_api
-def api_resume(run_id: str, token: str = "") -> dict:
+@handler(RunRequest)
+def api_resume(req: RunRequest) -> dict:
     """Resume a stopped or failed run from its last checkpoint (the step count continues)."""
-    jobs.resume_run(run_id, token)
-    return run_summary(run_id)
+    resume_run(req.run_id, req.token)
+    return run_summary(req.run_id)
 
 
-@_api
-def api_export(run_id: str, gguf: list[str], token: str = "", stage: str = "") -> dict:
+@handler(ExportRequest)
+def api_export(req: ExportRequest) -> dict:
     """Export a stopped or finished run to GGUF (e.g. ["q4_k_m"]) in a child process; returns at once. `stage`:
     sft or grpo (empty: the latest trained)."""
-    start_export(run_id, gguf, token, stage or None)
-    return run_summary(run_id)
+    start_export(req.run_id, req.gguf, req.token, req.stage or None)
+    return run_summary(req.run_id)
 
 
-@_api
-def api_scale_out(run_id: str, token: str = "") -> dict:
+@handler(RunRequest)
+def api_scale_out(req: RunRequest) -> dict:
     """Write a stopped or finished run as a verl / OpenRLHF GRPO job (GRPO from its SFT adapter) in a child process;
     returns at once. Its state and the zip to download: the run's status, under "scale_out"."""
-    start_scale_out(run_id, token)
-    return run_summary(run_id)
+    start_scale_out(req.run_id, req.token)
+    return run_summary(req.run_id)
 
 
-@_api
-def api_status(run_id: str) -> dict:
-    return run_summary(run_id)
+@handler(RunIdRequest)
+def api_status(req: RunIdRequest) -> dict:
+    return run_summary(req.run_id)
 
 
-@_api
-def api_metrics(run_id: str) -> list[dict]:
+def _feed(run_id: str) -> RunFeed:
+    feed = RunFeed(load_run(run_path(run_id)).path)
+    feed.poll()
+    return feed
+
+
+@handler(RunIdRequest)
+def api_metrics(req: RunIdRequest) -> list[dict]:
     """Every metrics row of a run (SFT and GRPO steps, with each reward's mean, KL, lengths, timings)."""
-    feed = jobs.RunFeed(jobs.load_run(jobs.run_path(run_id)).path)
-    feed.poll()
-    return feed.metrics
+    return _feed(req.run_id).metrics
 
 
-@_api
-def api_samples(run_id: str) -> dict:
+@handler(RunIdRequest)
+def api_samples(req: RunIdRequest) -> dict:
     """The latest GRPO sample group of a run (prompt, completions, each reward's scores, advantages); {} before any."""
-    feed = jobs.RunFeed(jobs.load_run(jobs.run_path(run_id)).path)
-    feed.poll()
+    feed = _feed(req.run_id)
     return feed.samples[-1] if feed.samples else {}
 
 
 def api_runs() -> list[dict]:
     return [{"run_id": i.run_id, "state": i.state, "stage": i.status.get("stage"), "step": i.status.get("step")}
-            for i in jobs.list_runs()]
+            for i in list_runs()]
 
 
 # (function, api_name): registered by the Training tab before its own listeners, so these keep the plain names

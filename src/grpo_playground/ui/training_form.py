@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import re
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import gradio as gr
 from gradio.utils import get_upload_folder
 
-from grpo_playground import jobs
+from grpo_playground.contracts.states import JOB_STAGES
+from grpo_playground.jobs.control import check_model_loads, start_run
 from grpo_playground.cli.args import TrainArgs
 from grpo_playground.config import ConfigError, RunConfig, config_from_dict, config_to_dict, dump_recipe, load_recipe
 from grpo_playground.contracts.shipped import RECIPES_DIR, shipped_recipes
@@ -23,7 +24,8 @@ from grpo_playground.jobs.data_preview import run_preview
 from grpo_playground.owner import check_owner, owner_token_required
 from grpo_playground.ui.config_form import FormField, build_form, config_from_values, form_problems, values_from_config
 from grpo_playground.ui.data_preview import PreviewPart, build_preview, error_html, preview_html
-from grpo_playground.ui.user_errors import USER_ERRORS, as_user_error, user_error
+from grpo_playground.ui.handlers import handler, rest, spread
+from grpo_playground.ui.user_errors import USER_ERRORS
 
 START_ID = "training-start"  # the skip link (ui/skip_link.py) moves the focus here
 DEFAULT_RECIPE = "quick"  # the whole story (SFT, pre-flight, GRPO) in minutes on 2 CPU cores
@@ -105,7 +107,7 @@ def build_form_part() -> FormPart:
                                           else None, label="Shipped recipe", scale=2, elem_id="training-recipe")
                 load = gr.Button("Load recipe", scale=1)
             with gr.Row(equal_height=True):
-                stage = gr.Dropdown(list(jobs.STAGES), value="all", label="Stage", scale=2,
+                stage = gr.Dropdown(list(JOB_STAGES), value="all", label="Stage", scale=2,
                                     info="all: SFT then GRPO; preflight: only sample a few groups and score them")
                 start = gr.Button("Start", variant="primary", scale=1, elem_id=START_ID)
             token = gr.Textbox(label="Owner token", type="password", visible=owner_token_required(),
@@ -125,83 +127,145 @@ def build_form_part() -> FormPart:
                     gr.State((default_file, config_to_dict(cfg))), preview)
 
 
+@dataclass
+class Loaded:
+    """The form after a recipe was loaded (or refused: every value gr.skip(), the message says why)."""
+    values: list = spread()  # one per form field
+    message: object = field(default_factory=gr.skip)
+    cli: object = field(default_factory=gr.skip)
+    loaded_from: object = field(default_factory=gr.skip)
+
+
+@dataclass
+class Uploaded(Loaded):
+    upload: object = field(default_factory=gr.skip)  # None clears a refused file from the upload box
+
+
+@dataclass
+class PickRequest:
+    recipe_pick: str | None
+
+
+@dataclass
+class UploadRequest:
+    upload: str | None  # the uploaded file's path
+
+
+@dataclass
+class CheckRequest:
+    stage: str | None
+    loaded_from: tuple | list  # (file name, its values) of the recipe the form was loaded from
+    values: list = rest()  # the form's fields' values, in the order the form built them
+
+
+@dataclass
+class FormRequest:
+    """Start and the data preview: the stage, the owner token and the form."""
+    stage: str | None
+    token: str | None
+    values: list = rest()
+
+
+@dataclass
+class SaveRequest:
+    token: str | None
+    values: list = rest()
+
+
+@dataclass
+class Checked:
+    message: str
+    cli: object = field(default_factory=gr.skip)
+
+
+@dataclass
+class Saved:
+    saved: object
+    cli: str
+    loaded_from: tuple
+
+
 def wire_form(part: FormPart, started: list, on_start) -> None:
     """The form's listeners. Start sends `on_start(info)` (values for the `started` components: the run view
     follows the new run)."""
     specs, fields = part.specs, part.fields
 
-    def loaded(config, source):
-        return [*values_from_config(specs, config), f"Loaded {source}.", cli_for_recipe(source, "all"),
-                (source, config_to_dict(config))]
+    def loaded(config, source) -> Loaded:
+        return Loaded(values_from_config(specs, config), f"Loaded {source}.", cli_for_recipe(source, "all"),
+                      (source, config_to_dict(config)))
 
-    def load_failed(message):
+    def load_failed(message) -> Loaded:
         """The form keeps its values (a raised error would mark every field as failed); the message says why."""
-        return [gr.skip()] * len(fields) + [f"**{message}**", gr.skip(), gr.skip()]
+        return Loaded([gr.skip()] * len(fields), f"**{message}**")
 
-    def load_shipped(name):
+    @handler(PickRequest)
+    def load_shipped(req: PickRequest) -> Loaded:
+        name = req.recipe_pick
         if name not in shipped_recipes():
             return load_failed(f"no shipped recipe {name!r}: pick one of {', '.join(shipped_recipes())}")
         return loaded(load_recipe(RECIPES_DIR / f"{name}.yaml"), f"recipes/{name}.yaml")
 
-    def load_uploaded(path):
+    @handler(UploadRequest)
+    def load_uploaded(req: UploadRequest) -> Uploaded:
         """The form from an uploaded file; a refused file leaves the upload box (it stayed there as if loaded)."""
+        path = req.upload
         if not path:
-            return [gr.skip()] * (len(fields) + 4)
+            return Uploaded([gr.skip()] * len(fields))
         try:
-            return [*loaded(load_recipe(path), f"{Path(path).name}"), gr.skip()]
+            return Uploaded(**vars(loaded(load_recipe(path), f"{Path(path).name}")))
         except USER_ERRORS as exc:
-            return [*load_failed(f"{Path(path).name} was not loaded: {exc}"), None]
+            return Uploaded(**vars(load_failed(f"{Path(path).name} was not loaded: {exc}")), upload=None)
 
-    def check_form(stage_value, source, *values):
+    @handler(CheckRequest)
+    def check_form(req: CheckRequest) -> Checked:
+        values = req.values
         try:
-            config = config_from_values(specs, list(values))
+            config = config_from_values(specs, values)
         except USER_ERRORS:
-            return problems_markdown(form_problems(specs, list(values))), gr.skip()
+            return Checked(problems_markdown(form_problems(specs, values)))
         try:
-            jobs.check_model_loads(config)  # valid, but would it load here? said now, not by a failed job
+            check_model_loads(config)  # valid, but would it load here? said now, not by a failed job
         except ValueError as exc:
-            return problems_markdown([str(exc)]), gr.skip()
-        file, base = source
+            return Checked(problems_markdown([str(exc)]))
+        file, base = req.loaded_from
         try:
             edits = overrides_between(config_from_values(specs, values_from_config(specs, config_from_dict(base))),
                                       config)
         except USER_ERRORS:
             edits = []
-        return "Recipe is valid." + budget_note(config), cli_for_recipe(file, stage_value, edits)
+        return Checked("Recipe is valid." + budget_note(config), cli_for_recipe(file, req.stage, edits))
 
-    def save_form(token_value, *values):
-        with as_user_error():
-            check_owner(token_value, "saving a recipe file")  # a stranger's click writes nothing to disk
-            config = config_from_values(specs, list(values))
+    @handler(SaveRequest)
+    def save_form(req: SaveRequest) -> Saved:
+        check_owner(req.token, "saving a recipe file")  # a stranger's click writes nothing to disk
+        config = config_from_values(specs, req.values)
         # In Gradio's temp folder: served from there as it is, and deleted with it (Blocks(delete_cache=...)).
         folder = Path(get_upload_folder())
         folder.mkdir(parents=True, exist_ok=True)
         path = Path(tempfile.mkdtemp(prefix="recipe-", dir=folder)) / f"{config.name}.yaml"
         path.write_text(dump_recipe(config), encoding="utf-8")
-        return (gr.update(value=str(path), visible=True), cli_for_recipe(path.name, "all"),
-                (path.name, config_to_dict(config)))
+        return Saved(gr.update(value=str(path), visible=True), cli_for_recipe(path.name, "all"),
+                     (path.name, config_to_dict(config)))
 
-    def start_from_form(stage_value, token_value, *values):
+    @handler(FormRequest)
+    def start_from_form(req: FormRequest) -> dict:
         try:
-            check_owner(token_value)
-            config = config_from_values(specs, list(values))
+            check_owner(req.token)
+            config = config_from_values(specs, req.values)
         except (ConfigError, ValueError):
-            raise gr.Error("Fix the recipe before starting: " + "; ".join(form_problems(specs, list(values))),
+            raise gr.Error("Fix the recipe before starting: " + "; ".join(form_problems(specs, req.values)),
                            print_exception=False) from None
-        except USER_ERRORS as exc:
-            raise user_error(exc) from None
-        with as_user_error():
-            info = jobs.start_run(config, stage_value, token_value)
-        return on_start(info)
+        return on_start(start_run(config, req.stage, req.token))
 
-    def preview_data(stage_value, token_value, *values):
+    @handler(FormRequest)
+    def preview_data(req: FormRequest) -> str:
         """The form's data source rendered by the form's model: its rows, or what to fix, in the preview box."""
         try:
-            config = config_from_values(specs, list(values))
+            config = config_from_values(specs, req.values)
         except (ConfigError, ValueError):
-            return error_html("fix the recipe first: " + "; ".join(form_problems(specs, list(values))))
+            return error_html("fix the recipe first: " + "; ".join(form_problems(specs, req.values)))
         try:
-            return preview_html(run_preview(config, stage_value, token_value))
+            return preview_html(run_preview(config, req.stage, req.token))
         except USER_ERRORS as exc:
             return error_html(str(exc))
 

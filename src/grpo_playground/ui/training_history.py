@@ -5,10 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import gradio as gr
+import pandas as pd
 
-from grpo_playground import jobs
+from grpo_playground.jobs.feed import RunFeed
+from grpo_playground.jobs.runs import list_runs
+from grpo_playground.run_layout import run_path
 from grpo_playground.contracts.metrics import HEADLINE_KEYS, GRAD_NORM
 from grpo_playground.ui import run_views
+from grpo_playground.ui.handlers import handler
 from grpo_playground.ui.training_charts import chart_update
 
 COMPARE_CHART = run_views.Chart("Two runs, one metric", [], None)
@@ -43,7 +47,7 @@ def compare_metrics(run_id: str, metrics: list[dict], other_id: str | None, key:
     runs = {run_id: metrics}
     if other_id and other_id != run_id:
         try:
-            other = jobs.RunFeed(jobs.run_path(other_id))
+            other = RunFeed(run_path(other_id))
         except (ValueError, FileNotFoundError):
             other = None  # deleted meanwhile: show the selected run alone
         if other is not None:
@@ -52,20 +56,43 @@ def compare_metrics(run_id: str, metrics: list[dict], other_id: str | None, key:
     return chart_update(run_views.compare_frame(runs, key, None), COMPARE_CHART)
 
 
+@dataclass
+class TablePick:
+    table: pd.DataFrame  # the history table as shown
+    evt: gr.SelectData  # the clicked cell (Gradio fills it)
+
+
+@dataclass
+class RunPick:
+    run_pick: str | None
+
+
+@dataclass
+class CompareRequest:
+    run_pick: str | None  # the watched run
+    compare_run: str | None
+    compare_key: str | None  # the metric
+
+
+@handler(RunPick)
+def compare_choices(req: RunPick):
+    return gr.Dropdown(choices=[i.run_id for i in list_runs() if i.run_id != req.run_pick])
+
+
+@handler(CompareRequest)
+def redraw_compare(req: CompareRequest):
+    if not req.run_pick:
+        return gr.skip()
+    feed = RunFeed(run_path(req.run_pick))
+    feed.poll()
+    return compare_metrics(req.run_pick, feed.metrics, req.compare_run, req.compare_key)
+
+
 def wire_history(part: HistoryPart, run_pick: gr.Dropdown, screens: gr.Tabs, live_screen: str) -> None:
     """A click on a run in the table watches it on the live screen (`live_screen`, a tab id of `screens`)."""
-    def pick_from_history(table, evt: gr.SelectData):
-        return table.iloc[evt.index[0]]["run"], gr.Tabs(selected=live_screen)
-
-    def compare_choices(run_id):
-        return gr.Dropdown(choices=[i.run_id for i in jobs.list_runs() if i.run_id != run_id])
-
-    def redraw_compare(run_id, other_id, key):
-        if not run_id:
-            return gr.skip()
-        feed = jobs.RunFeed(jobs.run_path(run_id))
-        feed.poll()
-        return compare_metrics(run_id, feed.metrics, other_id, key)
+    @handler(TablePick)
+    def pick_from_history(req: TablePick):
+        return req.table.iloc[req.evt.index[0]]["run"], gr.Tabs(selected=live_screen)
 
     ui = dict(api_visibility="private")
     run_pick.change(compare_choices, run_pick, part.compare_run, **ui)

@@ -12,7 +12,11 @@ from pathlib import Path
 
 import gradio as gr
 
-from grpo_playground import jobs
+from grpo_playground.contracts.states import ACTIVE_STATES
+from grpo_playground.jobs.control import shell_command
+from grpo_playground.jobs.feed import RunFeed, read_log_tail
+from grpo_playground.jobs.runs import RunInfo, list_runs, queue_line
+from grpo_playground.run_layout import run_path
 from grpo_playground.contracts.layout import GGUF_TYPES
 from grpo_playground.contracts.states import JobState
 from grpo_playground.jobs.comparisons import comparison_state, running_comparison
@@ -24,6 +28,7 @@ from grpo_playground.contracts.process import read_json
 from grpo_playground.contracts.states import TRAINED_STAGES
 from grpo_playground.run_layout import evals_dir, saved_progress, stage_done
 from grpo_playground.ui import run_summary, run_views
+from grpo_playground.ui.handlers import handler
 from grpo_playground.ui.run_downloads import offer
 from grpo_playground.ui.training_api import api_export, api_resume, api_scale_out, api_stop
 from grpo_playground.ui.training_charts import build_charts, chart_update, chart_updates
@@ -185,14 +190,14 @@ def tick_updates(tick: Tick, run: RunViewPart, history: HistoryPart) -> dict:
 
 
 def _new_view(run_id: str | None) -> dict:
-    return {"run_id": run_id, "feed": jobs.RunFeed(jobs.run_path(run_id)) if run_id else None,
+    return {"run_id": run_id, "feed": RunFeed(run_path(run_id)) if run_id else None,
             "log": None, "history": None, "status": None, "preflight_mtime": UNREAD, "export": None, "scale_out": None,
             "later_stages": None, "chart_stage": None, "evals_mtime": UNREAD, "stages_done": None}
 
 
-def pick_default(infos: list[jobs.RunInfo]) -> str | None:
+def pick_default(infos: list[RunInfo]) -> str | None:
     """The newest active run, else the newest run."""
-    pool = [i for i in infos if i.state in jobs.ACTIVE_STATES] or infos
+    pool = [i for i in infos if i.state in ACTIVE_STATES] or infos
     return pool[0].run_id if pool else None
 
 
@@ -203,7 +208,7 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
     message_for is [run id, state] of the last button message: once that run's state moves on, the message
     is stale and is cleared (the progress line says the current state). chart_stage: the stage the per-stage
     charts show (run_views.CURRENT_STAGE or None: the stage logged last)."""
-    infos = jobs.list_runs()
+    infos = list_runs()
     ids = [i.run_id for i in infos]
     picked = run_id in ids
     if not picked:
@@ -223,7 +228,7 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
         tick.run_pick = gr.update(choices=ids)
     if history_changed:
         tick.history = run_views.history_table(infos)
-    queue = jobs.queue_line()  # comparisons waiting for the slot too, in the order the slot is taken
+    queue = queue_line()  # comparisons waiting for the slot too, in the order the slot is taken
     tick.queue = ("Queue (one training job at a time): " + ", ".join(queue)) if queue else "Queue: empty"
     comparison = running_comparison()
     if comparison and comparison_state(comparison)["state"] == "running":  # its arms train in the same slot
@@ -258,7 +263,7 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
         tick.compare = compare_metrics(run_id, feed.metrics, compare_id, compare_key)
     preflight_changed = _read_preflight(tick, info.path)
     _summary(tick, info, changed or status_changed or preflight_changed)
-    log = jobs.read_log_tail(info.path)
+    log = read_log_tail(info.path)
     if log != view["log"]:
         tick.log = view["log"] = log
     _export_panel(tick, info)
@@ -268,17 +273,17 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
     return tick
 
 
-def control_updates(info: jobs.RunInfo | None) -> tuple[dict, dict]:
+def control_updates(info: RunInfo | None) -> tuple[dict, dict]:
     """Stop and Resume, each enabled only when it can act on the run on screen: Resume a stopped run, or a
     failed one that saved something to resume from (one that failed on load would fail again)."""
     state = info.state if info else None
     resumable = state == "stopped" or (state == "failed" and saved_progress(info.path))
     # a run already stopping (saving at its next step) has nothing more to stop: a red Stop then misled
-    stoppable = state in jobs.ACTIVE_STATES and state != JobState.STOPPING
+    stoppable = state in ACTIVE_STATES and state != JobState.STOPPING
     return gr.update(interactive=stoppable), gr.update(interactive=resumable)
 
 
-def _summary(tick: Tick, info: jobs.RunInfo, changed: bool) -> None:
+def _summary(tick: Tick, info: RunInfo, changed: bool) -> None:
     """A finished run's card and its next-step buttons, re-read when the run or the saved evaluations change."""
     folder = evals_dir()
     evals_mtime = folder.stat().st_mtime if folder.is_dir() else None
@@ -292,7 +297,7 @@ def _summary(tick: Tick, info: jobs.RunInfo, changed: bool) -> None:
     tick.summary, tick.next_steps = text, gr.update(visible=bool(text))
 
 
-def _export_panel(tick: Tick, info: jobs.RunInfo) -> None:
+def _export_panel(tick: Tick, info: RunInfo) -> None:
     """The export's state in words, its files to download, and the stages that can be exported."""
     view = tick.view
     done = [s for s in TRAINED_STAGES if stage_done(info.path, s)]
@@ -312,7 +317,7 @@ def _export_panel(tick: Tick, info: jobs.RunInfo) -> None:
     tick.export_chat = gr.update(visible=any(f.endswith(".gguf") for f in files))
 
 
-def _scale_out_panel(tick: Tick, info: jobs.RunInfo) -> None:
+def _scale_out_panel(tick: Tick, info: RunInfo) -> None:
     """The run written as a verl / OpenRLHF job: its state in words and the zip to download."""
     state = scale_out_state(info.path)
     if state == tick.view["scale_out"]:
@@ -337,59 +342,114 @@ def _read_preflight(tick: Tick, run_dir: Path) -> bool:
 
 # --- listeners --------------------------------------------------------------------------------------------
 
-def started_updates(run: RunViewPart, screens: gr.Tabs, info: jobs.RunInfo) -> dict:
+def started_updates(run: RunViewPart, screens: gr.Tabs, info: RunInfo) -> dict:
     """After Start: the picker follows the new run, its message is shown, and the live screen opens."""
-    return {run.run_pick: gr.Dropdown(choices=[i.run_id for i in jobs.list_runs()], value=info.run_id),
-            run.message: f"Started **{info.run_id}** ({info.state}): `{jobs.shell_command(info.job['meta']['command'])}`",
+    return {run.run_pick: gr.Dropdown(choices=[i.run_id for i in list_runs()], value=info.run_id),
+            run.message: f"Started **{info.run_id}** ({info.state}): `{shell_command(info.job['meta']['command'])}`",
             run.message_for: [info.run_id, info.state], screens: gr.Tabs(selected=LIVE_SCREEN)}
+
+
+@dataclass
+class ControlRequest:
+    """Stop, Resume and scale-out: the run on screen and the owner token."""
+    run_pick: str | None
+    view: dict | None
+    token: str | None
+
+
+@dataclass
+class ExportRequest:
+    run_pick: str | None
+    view: dict | None
+    export_stage: str | None
+    gguf_types: list | None
+    token: str | None
+
+
+@dataclass
+class Requested:
+    """A button's answer in the run message, and what the tick clears it by (message_for)."""
+    message: str
+    message_for: list  # [run id, its state when the message was written]
+
+
+@dataclass
+class TickRequest:
+    run_pick: str | None
+    view: dict | None
+    compare_run: str | None
+    compare_key: str | None
+    message_for: list | None
+    chart_stage: str | None
+
+
+def shown_run(run_id: str | None, view: dict | None) -> str:
+    """The picked run, else the one the live view shows, else the one it is about to show (a Stop pressed right
+    after page load, before the picker was filled, means the run on screen)."""
+    run_id = run_id or (view or {}).get("run_id") or pick_default(list_runs())
+    if not run_id:
+        raise ValueError("no run yet: start one first")
+    return run_id
+
+
+@handler(ControlRequest)
+def stop_selected(req: ControlRequest) -> Requested:
+    run_id = shown_run(req.run_pick, req.view)
+    state = api_stop(run_id, req.token)["state"]
+    return Requested(f"Stop requested for **{run_id}** ({state}): it saves a checkpoint, then exits.", [run_id, state])
+
+
+@handler(ControlRequest)
+def resume_selected(req: ControlRequest) -> Requested:
+    run_id = shown_run(req.run_pick, req.view)
+    state = api_resume(run_id, req.token)["state"]
+    return Requested(f"Resuming **{run_id}** ({state}) from its last checkpoint.", [run_id, state])
+
+
+# Export and scale-out answer in the run message; their panels have one writer, the tick (ticks and clicks run
+# concurrently, so a click's "Exporting..." reached the page after the tick's "Exported the ..." in CI).
+@handler(ExportRequest)
+def export_selected(req: ExportRequest) -> Requested:
+    run_id = shown_run(req.run_pick, req.view)
+    state = api_export(run_id, req.gguf_types, req.token, req.export_stage)["state"]
+    return Requested(f"Exporting **{run_id}**'s {req.export_stage or 'latest'} stage to {', '.join(req.gguf_types)}: "
+                     "its progress shows under Export.", [run_id, state])
+
+
+@handler(ControlRequest)
+def scale_out_selected(req: ControlRequest) -> Requested:
+    run_id = shown_run(req.run_pick, req.view)
+    state = api_scale_out(run_id, req.token)["state"]
+    return Requested(f"Writing **{run_id}** as a verl / OpenRLHF job: the zip shows in its panel when it is written.",
+                     [run_id, state])
+
+
+@dataclass
+class InitialPick:
+    run_pick: object
+    screens: object
+    stop: object
+    resume: object
+
+
+@handler(None)
+def initial_pick() -> InitialPick:
+    """On page load: the run the tab will show, so the picker is never empty while a run is on screen; while
+    a job runs, its live screen (a reopened browser landed on "Set up a run", saying nothing of it)."""
+    infos = list_runs()
+    shown = next((i for i in infos if i.run_id == pick_default(infos)), None)
+    active = any(i.state in ACTIVE_STATES for i in infos)
+    return InitialPick(gr.Dropdown(choices=[i.run_id for i in infos], value=shown and shown.run_id),
+                       gr.Tabs(selected=LIVE_SCREEN) if active else gr.skip(), *control_updates(shown))
 
 
 def wire_run_view(run: RunViewPart, history: HistoryPart, timer: gr.Timer, token: gr.Textbox, screens: gr.Tabs) -> None:
     """The run view's listeners; `token` is the owner token box (on the setup screen) that Stop, Resume and
     Export send; `screens` holds this screen (LIVE_SCREEN), opened on page load while a job runs."""
-    def shown_run(run_id, view):
-        """The picked run, else the one the live view shows, else the one it is about to show (a Stop pressed
-        right after page load, before the picker was filled, means the run on screen)."""
-        run_id = run_id or (view or {}).get("run_id") or pick_default(jobs.list_runs())
-        if not run_id:
-            raise gr.Error("no run yet: start one first", print_exception=False)
-        return run_id
-
-    def stop_selected(run_id, view, token_value):
-        run_id = shown_run(run_id, view)
-        state = api_stop(run_id, token_value)["state"]
-        return f"Stop requested for **{run_id}** ({state}): it saves a checkpoint, then exits.", [run_id, state]
-
-    def resume_selected(run_id, view, token_value):
-        run_id = shown_run(run_id, view)
-        state = api_resume(run_id, token_value)["state"]
-        return f"Resuming **{run_id}** ({state}) from its last checkpoint.", [run_id, state]
-
-    # Export and scale-out answer in the run message; their panels have one writer, the tick (ticks and clicks run
-    # concurrently, so a click's "Exporting..." reached the page after the tick's "Exported the ..." in CI).
-    def export_selected(run_id, view, stage, types, token_value):
-        run_id = shown_run(run_id, view)
-        state = api_export(run_id, types, token_value, stage)["state"]
-        return (f"Exporting **{run_id}**'s {stage or 'latest'} stage to {', '.join(types)}: its progress shows under "
-                "Export."), [run_id, state]
-
-    def scale_out_selected(run_id, view, token_value):
-        run_id = shown_run(run_id, view)
-        state = api_scale_out(run_id, token_value)["state"]
-        return f"Writing **{run_id}** as a verl / OpenRLHF job: the zip shows in its panel when it is written.", [
-            run_id, state]
-
-    def initial_pick():
-        """On page load: the run the tab will show, so the picker is never empty while a run is on screen; while
-        a job runs, its live screen (a reopened browser landed on "Set up a run", saying nothing of it)."""
-        infos = jobs.list_runs()
-        shown = next((i for i in infos if i.run_id == pick_default(infos)), None)
-        active = any(i.state in jobs.ACTIVE_STATES for i in infos)
-        return (gr.Dropdown(choices=[i.run_id for i in infos], value=shown and shown.run_id),
-                gr.Tabs(selected=LIVE_SCREEN) if active else gr.skip(), *control_updates(shown))
-
-    def tick(run_id, view, compare_id, compare_key, message_for, chart_stage):
-        return tick_updates(poll(run_id, view, compare_id, compare_key, message_for, chart_stage), run, history)
+    @handler(TickRequest)
+    def tick(req: TickRequest) -> dict:
+        return tick_updates(poll(req.run_pick, req.view, req.compare_run, req.compare_key, req.message_for,
+                                 req.chart_stage), run, history)
 
     ui = dict(api_visibility="private")
     message_outputs = [run.message, run.message_for]

@@ -6,11 +6,13 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from grpo_playground import jobs
+from grpo_playground.run_layout import run_path
 from grpo_playground.config import load_recipe
 from grpo_playground.contracts.layout import RECIPE_FILE
 from grpo_playground.rewards import one_group_scale
 from grpo_playground.ui import run_views
+from grpo_playground.ui.handlers import handler
+from grpo_playground.ui.run_summary import ViewRequest
 from grpo_playground.ui.sandbox_input import join_group
 from grpo_playground.ui.sandbox_tab import KNOB_NAMES, SandboxInputs
 
@@ -49,7 +51,7 @@ def sandbox_settings(run_id: str | None) -> dict | None:
     if not run_id:
         return None
     try:
-        cfg = load_recipe(jobs.run_path(run_id) / RECIPE_FILE)
+        cfg = load_recipe(run_path(run_id) / RECIPE_FILE)
     except (OSError, ValueError):  # an unreadable or hand-broken recipe: keep the sandbox's settings
         return None
     return {"weights": dict(cfg.rewards.weights), "tags": cfg.rewards.tags.to_dict(),
@@ -61,10 +63,12 @@ def link_to_sandbox(samples: SamplesPart, view: gr.State, sandbox: SandboxInputs
     """'Open this group in the Reward sandbox': the latest sample group's completions (sandbox_input.join_group)
     and answer go to the sandbox's boxes, with the run's rewards, weights, tags and scaling,
     and the sandbox tab (id "sandbox" of `tabs`) is selected."""
-    def open_group(view_value):
+    @handler(ViewRequest)
+    def open_group(req: ViewRequest) -> dict:
+        view_value = req.view
         group = latest_group(view_value)
         if group is None:
-            raise gr.Error("no sample group yet: GRPO writes one at each logging step")
+            raise ValueError("no sample group yet: GRPO writes one at each logging step")
         out = {sandbox.completions: join_group([str(c) for c in group.get("completions") or []]),
                sandbox.answer: str(group.get("answer", "")), tabs: gr.Tabs(selected="sandbox")}
         settings = sandbox_settings((view_value or {}).get("run_id"))

@@ -1,5 +1,6 @@
 """A user's mistake as the page shows it: a `gr.Error` with the message that says what to fix, and no server-side
-traceback (the mistake is the user's, not the app's). Every tab and API endpoint turns its errors into one here."""
+traceback (the mistake is the user's, not the app's). Every tab and API endpoint turns its errors into one here,
+through ui/handlers.py's decorator."""
 
 from __future__ import annotations
 
