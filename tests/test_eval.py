@@ -104,15 +104,16 @@ def adapter_run(tiny, tmp_path_factory) -> Path:
     return run
 
 
-@pytest.mark.slow  # the eval CLI in a child
-def test_cli_prints_json_last_and_tiny_has_no_format_before_sft(tiny, tmp_path):
+@pytest.mark.slow  # the eval CLI's real generation
+def test_cli_prints_json_last_and_tiny_has_no_format_before_sft(tiny, tmp_path, capsys):
+    from grpo_playground.cli.eval import main  # in this process: a child would pay for the eval stack's import
+
     out = tmp_path / "tiny.json"
-    command = [sys.executable, "-m", "pipelines.eval", "--model", tiny, "--data", EVAL_ARGS["data"], "--n", "12",
-               "--batch-size", "12", "--max-new-tokens", "40", "--out", str(out)]
-    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    code = main(["--model", tiny, "--data", EVAL_ARGS["data"], "--n", "12", "--batch-size", "12",
+                 "--max-new-tokens", "40", "--out", str(out)])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err[-2000:]
+    summary = json.loads(printed.out.strip().splitlines()[-1])
     for key in ("format_rate", "accuracy", "lenient_accuracy", "mean_completion_tokens", "recheck_rate", "accuracy_se", "per_level"):
         assert key in summary
     assert summary["n"] == 12
@@ -304,21 +305,26 @@ def test_eval_speed_times_each_backend_through_the_eval_cli(tiny, tmp_path):
 
 
 @pytest.mark.slow  # the eval CLI in a child
-def test_the_eval_cli_evaluates_several_checkpoints_in_one_process(tiny, adapter_run, tmp_path):
+def test_the_eval_cli_evaluates_several_checkpoints_in_one_process(tiny, adapter_run, tmp_path, capsys):
     """Repeated --model / --out: each checkpoint written to its own file (how the Evaluate tab's vLLM job shares
     one engine start across base, SFT and GRPO); a count mismatch is refused before anything loads."""
+    from grpo_playground.cli.eval import main
+
     outs = [tmp_path / "base.json", tmp_path / "sft.json"]
-    command = [sys.executable, "-m", "pipelines.eval", "--model", tiny, "--out", str(outs[0]),
-               "--model", str(adapter_run / "sft"), "--out", str(outs[1]), "--n", "4", "--max-new-tokens", "16"]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    arguments = ["--model", tiny, "--out", str(outs[0]), "--model", str(adapter_run / "sft"), "--out", str(outs[1]),
+                 "--n", "4", "--max-new-tokens", "16"]
+    # a child, as a job runs it: in this process the engine would start in under the 0.1 s engine_seconds counts
+    done = subprocess.run([sys.executable, "-m", "pipelines.eval", *arguments], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert [r["model"] for r in lines] == [tiny, str(adapter_run / "sft")]
     first, second = (json.loads(o.read_text()) for o in outs)
     assert first["n"] == second["n"] == 4 and first["completions"] != second["completions"]
     assert first["engine_seconds"] > 0 and first["seconds"] >= first["generate_seconds"]
-    bad = subprocess.run(command[:-4] + ["--model", tiny], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "give one --out per --model" in bad.stderr
+    with pytest.raises(SystemExit) as bad:  # in this process: argparse's error exit, as a child's would be
+        main(arguments[:-4] + ["--model", tiny])
+    assert bad.value.code == 2 and "give one --out per --model" in capsys.readouterr().err
 
 
 @pytest.mark.slow  # an evaluation job's child

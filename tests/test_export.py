@@ -7,11 +7,12 @@ export it through the CLI, as a user would; conversions are done once per sessio
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
 import subprocess
-import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -94,8 +95,15 @@ def make_format_run(run_dir: Path) -> Path:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipelines.export", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=900)
+    """`grpo-playground export ARGS` through the CLI's main() in this process, what it printed kept as a child's
+    would be: this process has imported torch, transformers and PEFT already (a child paid ~7 s to import them
+    again). The converters and the quantizer still run in their own processes, as they do for a user."""
+    from grpo_playground.cli.export import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(list(args))
+    return subprocess.CompletedProcess(["grpo-playground", "export", *args], code, out.getvalue(), err.getvalue())
 
 
 def base_available(name: str) -> bool:

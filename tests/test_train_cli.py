@@ -253,13 +253,15 @@ def test_sft_and_grpo_train_with_registered_tags(tmp_path, trainer, recipe, extr
 def test_the_job_reads_the_recipe_the_app_saved_and_does_not_write_it_again(tmp_path, trainer):
     """The app saves a run's recipe once (jobs.control.create_run) and runs `--config RUN/recipe.yaml`: the job
     reads it and leaves the file as it is (a rewrite would drop this comment)."""
+    from grpo_playground.config import apply_overrides, dump_recipe
     from grpo_playground.contracts.layout import RECIPE_FILE
     from grpo_playground.run_layout import read_status
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     recipe = run_dir / RECIPE_FILE
-    recipe.write_text("# saved once by the app\n" + RECIPE.read_text())
+    # written as the app writes it, SMALL's short pre-flight in it (the shipped one samples 4 groups of 192 tokens)
+    recipe.write_text("# saved once by the app\n" + dump_recipe(apply_overrides(load_recipe(RECIPE), SMALL)))
     before = recipe.read_text()
     done = trainer("--config", str(recipe), "--run-dir", str(run_dir), "--stage", "preflight", timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
