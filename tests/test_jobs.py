@@ -179,6 +179,7 @@ signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
 (run / "started").write_text("1")
 while not stop and not (run / "stop.request").exists():
     time.sleep(0.05)
+time.sleep(float(sys.argv[2]) if len(sys.argv) > 2 else 0)  # saving takes this long
 status = json.loads((run / "status.json").read_text()); status["state"] = "stopped"
 (run / "status.tmp").write_text(json.dumps(status))  # atomic, as the product writes it: a reader never sees half
 (run / "status.tmp").replace(run / "status.json")
@@ -276,7 +277,8 @@ def test_a_run_of_an_earlier_version_is_listed_and_stopped(runs):
 
 def test_stop_reaches_a_run_started_from_the_cli(runs):
     run_dir = make_run(runs)
-    proc = subprocess.Popen(job(STOPS_CLEANLY) + [str(run_dir)])  # no supervisor, no job.json
+    # no supervisor, no job.json; its save takes 2 s (an instant one could confirm "stopped" before stop_run answers)
+    proc = subprocess.Popen(job(STOPS_CLEANLY) + [str(run_dir), "2"])
     wait_for(lambda: (run_dir / "started").exists(), what="job start")
     write_status(run_dir, state="running", pid=proc.pid)
     assert stop_run(run_dir.name).state == "stopping"  # asked, not assumed: the job is still saving

@@ -114,6 +114,8 @@ def stop_run(run_id: str, token: str | None = None) -> RunInfo:
     info = reconcile(load_run(run_path(run_id)))
     if info.state not in ACTIVE_STATES:
         raise RuntimeError(f"run {run_id} is {info.state}, not running: nothing to stop")
+    if info.state == "running":  # before the request: a job that saves at once writes "stopped" after it, not under it
+        write_status(info.path, state="stopping", reason="stop requested: saving at the next step")
     (info.path / STOP_FILE).write_text(f"{time.time()}\n")
     pgid = info.job.get("pid")  # the supervisor's: its session is the job's process group
     trainer = _live_trainer(info)
@@ -130,9 +132,6 @@ def stop_run(run_id: str, token: str | None = None) -> RunInfo:
             kill_group(int(pgid))
         compact_metrics(info.path)  # what the supervisor does when a job ends
         write_status(info.path, state="stopped", reason="stopped (supervisor gone: processes killed)")
-        return load_run(info.path)
-    if info.state == "running":
-        write_status(info.path, state="stopping", reason="stop requested: saving at the next step")
     return load_run(info.path)
 
 
