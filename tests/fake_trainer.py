@@ -34,6 +34,7 @@ from grpo_playground.contracts.layout import (  # noqa: E402
 )
 from grpo_playground.contracts.metrics import reward_mean_key  # noqa: E402
 from grpo_playground.step_timing import PHASES, STEP_KEY, phase_key  # noqa: E402
+from grpo_playground.training.save_clock import SaveClock  # noqa: E402
 
 TRAINER_STATE = "trainer_state.json"  # transformers' name, in each checkpoint folder
 STEP_S = 0.05  # a step's wall time: long enough for a test to see a running job, short enough to finish many
@@ -101,6 +102,8 @@ def stage_runner(stage: str):
             folder.log(f"{stage}: resuming from {last.name}")
         reported = {(f["stage"], f["rule"]) for f in folder.read_jsonl(DOCTOR_FILE)}
         started, stopped_by, step = time.time(), "", first
+        clock = SaveClock(settings.save_minutes)
+        clock.start(started)
         folder.status(state="running", stage=stage, step=first, max_steps=max_steps)
         for step in range(first + 1, max_steps + 1):
             time.sleep(STEP_S)
@@ -125,7 +128,10 @@ def stage_runner(stage: str):
                 stopped_by = "time"
             if stopped_by and step >= max_steps:
                 stopped_by = ""  # asked at the last step: the stage ends as finished
-            if stopped_by or step % settings.save_steps == 0:
+            timed = clock.due(time.time())
+            if timed:
+                clock.saving(time.time())
+            if stopped_by or timed or step % settings.save_steps == 0:
                 save(folder.checkpoints(stage) / f"checkpoint-{step}", step)
                 rotate(folder.checkpoints(stage), settings.save_total_limit)
             if stopped_by:

@@ -87,6 +87,8 @@ def test_all_trl_loss_types_accepted(loss):
         ({"grpo": {"learning_rate": "fast"}}, "grpo.learning_rate", "number"),
         ({"sft": {"max_steps": 0}}, "sft.max_steps", "-1"),
         ({"grpo": {"temperature": 0}}, "grpo.temperature", "0.9"),
+        ({"sft": {"save_minutes": 0}}, "sft.save_minutes", "leave it empty"),
+        ({"grpo": {"save_minutes": -1.5}}, "grpo.save_minutes", "at least 0.001"),
         # cross-field: completion must leave room for the prompt
         ({"grpo": {"max_completion_length": 4096}}, "grpo.max_completion_length", "max_seq_length"),
         # an unregistered reward names the registry

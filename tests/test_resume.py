@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -237,3 +238,46 @@ def test_the_first_rollout_after_a_resume_syncs_the_checkpoints_policy_into_vllm
     assert PACKED == expected.packed_modules_mapping
     for name, tensor in expected.named_parameters():
         torch.testing.assert_close(handed["weights"][name], tensor, msg=name)
+
+
+SAVE_MINUTES = 0.08  # a checkpoint every 4.8 s of the stage
+# steps 1-2 run at tiny's pace (about a second together, a few on a loaded machine); from step 3 each takes 5 s more
+SLOW_FROM, SLOW_S, LAST = 3, 5.0, 5
+
+
+def pace(monkeypatch) -> None:
+    """Steps from SLOW_FROM on outlast one save period each: the pace changes mid-stage, as on a loaded machine."""
+    status = RunFolder.status
+
+    def slow_status(folder, **updates):
+        if "eta_s" in updates and updates.get("step", 0) >= SLOW_FROM:  # RunCallback.on_step_end, before its clocks
+            time.sleep(SLOW_S)
+        return status(folder, **updates)
+
+    monkeypatch.setattr(RunFolder, "status", slow_status)
+
+
+@pytest.mark.slow
+def test_save_minutes_spaces_checkpoints_in_time_and_they_resume(tmp_path, monkeypatch, capsys):
+    """sft.save_minutes (issue 36): the Trainer saves when another period of the stage's time has passed, whatever
+    the step count: none in the fast first steps, one at each slow step. Such a checkpoint resumes like any other:
+    a run resumed from one ends with the adapter the uninterrupted run ends with."""
+    timed = (f"sft.max_steps={LAST}", f"sft.save_minutes={SAVE_MINUTES}", "sft.save_steps=1000",
+             "sft.save_total_limit=10")
+    whole = tmp_path / "whole"
+    with monkeypatch.context() as slowed:
+        pace(slowed)
+        assert train(whole, "sft", monkeypatch, overrides=timed) == "finished"
+    saved = whole / "checkpoints" / "sft"
+    steps = sorted(int(p.name.split("-")[-1]) for p in saved.glob("checkpoint-*"))
+    assert steps == list(range(SLOW_FROM, LAST + 1)), steps  # by step count (save_steps) only the last would save
+    weights = [adapter(saved / f"checkpoint-{step}") for step in steps]
+    assert all(distance(a, b) > 0 for a, b in zip(weights, weights[1:]))  # each holds the weights of its own step
+    # resume from a time-saved checkpoint: the later one and the final adapter gone, as if the run had died there
+    resumed = copy_of(whole, tmp_path / "resumed")
+    for path in (resumed / "checkpoints" / "sft" / f"checkpoint-{LAST}", resumed / "sft"):
+        shutil.rmtree(path)
+    capsys.readouterr()
+    assert train(resumed, "sft", monkeypatch, resume=True, overrides=timed) == "finished"
+    assert f"sft: resuming from checkpoint-{LAST - 1}" in capsys.readouterr().out
+    assert_same_adapter(adapter(resumed / "sft"), adapter(whole / "sft"), "resumed from a timed checkpoint vs whole")

@@ -92,9 +92,9 @@ def test_the_product_names_only_its_own_meaning_beside_trls_fields():
 
     own = {stage: {f.name for f in dataclasses.fields(cls)} - set(trl_fields(stage))
            for stage, cls in (("sft", SFTStage), ("grpo", GRPOStage))}
-    assert own == {"sft": {"enabled", "max_minutes", "trl_options"},
-                   "grpo": {"enabled", "max_minutes", "trl_options", "preflight_prompts", "on_preflight_error",
-                            "logprobs", "weight_sync"}}
+    assert own == {"sft": {"enabled", "max_minutes", "save_minutes", "trl_options"},
+                   "grpo": {"enabled", "max_minutes", "save_minutes", "trl_options", "preflight_prompts",
+                            "on_preflight_error", "logprobs", "weight_sync"}}
 
 
 def test_a_trl_option_the_product_never_names_reaches_grpo_config_from_a_recipe_and_the_cli(tmp_path):

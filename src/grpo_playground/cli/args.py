@@ -235,7 +235,8 @@ class CompareArgs(CliArgs):
     control_lr: float | None = option(None, help="peak lr of the two SFT continuations (default: a tenth of the "
                                                  "recipe's SFT lr)")
     control_checkpoints: int = option(4, help="with a pilot slice (--n-pilot): the more-SFT control saves this many "
-                                              "checkpoints over its T minutes and the one most accurate on the pilot "
+                                              "checkpoints evenly spaced in its planned steps and as many in its time "
+                                              "(one every T / (k + 1) minutes), and the one most accurate on the pilot "
                                               "slice is scored as the tuned control (0: none)")
     only_sft_w: bool = option(False, help="stop after the data and sft-W (a later run without it goes on from there)")
     only_arms: tuple[str, ...] = option((), many="append", metavar="ARM",

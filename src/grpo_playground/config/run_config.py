@@ -165,6 +165,9 @@ class SFTStage:
         "Checkpoints kept (older ones are deleted); the comparison's tuned control keeps every one it scores."))
     max_minutes: Optional[float] = field(default=None, metadata=_help(
         "Time budget: stop (and save the adapter) after this many minutes even before max_steps; empty = none."))
+    save_minutes: Optional[float] = field(default=None, metadata=_help(
+        "Also save a resumable checkpoint each time this many minutes of the stage have passed (beside save_steps; "
+        "save_total_limit still applies): checkpoints spaced in time whatever the pace; empty = none."))
     trl_options: dict = field(default_factory=dict, metadata=_help(
         "Any other field of TRL's SFTConfig, by TRL's name: a recipe writes it in this section beside the others."))
 
@@ -184,6 +187,9 @@ class SFTStage:
         _check_range(f"{prefix}.max_length", self.max_length, 16, 131072)
         if self.max_minutes is not None:
             _check_range(f"{prefix}.max_minutes", self.max_minutes, 0.01, None, "leave it empty for no time budget")
+        if self.save_minutes is not None:
+            _check_range(f"{prefix}.save_minutes", self.save_minutes, 0.001, None,
+                         "leave it empty to save every save_steps only")
 
 
 @dataclass
@@ -222,6 +228,9 @@ class GRPOStage:
     save_total_limit: int = field(default=2, metadata=_help("Checkpoints kept (older ones are deleted)."))
     max_minutes: Optional[float] = field(default=None, metadata=_help(
         "Time budget: stop (and save the adapter) after this many minutes even before max_steps; empty = none."))
+    save_minutes: Optional[float] = field(default=None, metadata=_help(
+        "Also save a resumable checkpoint each time this many minutes of the stage have passed (beside save_steps; "
+        "save_total_limit still applies): checkpoints spaced in time whatever the pace; empty = none."))
     use_vllm: bool = field(default=True, metadata=_help(
         "Generate with vLLM (colocated) when it is installed and a GPU is present; else model.generate."))
     num_iterations: int = field(default=1, metadata=_help(
@@ -294,6 +303,9 @@ class GRPOStage:
         _check_range(f"{prefix}.warmup_steps", self.warmup_steps, 0, None)
         if self.max_minutes is not None:
             _check_range(f"{prefix}.max_minutes", self.max_minutes, 0.01, None, "leave it empty for no time budget")
+        if self.save_minutes is not None:
+            _check_range(f"{prefix}.save_minutes", self.save_minutes, 0.001, None,
+                         "leave it empty to save every save_steps only")
 
 
 def _default_weights() -> dict[str, float]:

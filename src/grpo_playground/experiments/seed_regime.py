@@ -26,9 +26,11 @@ app's Resume comparison does, skips finished steps and starts an interrupted one
   2. sft-W + grpo-A: GRPO from the sft-W adapter on A for --minutes;
   3. sft-W + more sft-W (the fair control): SFT continued on W for GRPO's measured wall time, lr falling linearly
      from --control-lr (default a tenth of the recipe's SFT rate) to 0 over the steps that fit at step 1's pace;
-  3b. the tuned control (with a pilot slice): 3's --control-checkpoints evenly spaced checkpoints and its final
-     adapter scored on the pilot slice, the most accurate one kept: SFT gets the chance GRPO's pilots get, chosen
-     on the same slice, never on a held-out set (`control_tuned.json`);
+  3b. the tuned control (with a pilot slice): 3's checkpoints, --control-checkpoints evenly spaced in its planned
+     steps and as many in the time it trains (sft.save_minutes = T / (k + 1)), so that it has them whichever of its
+     steps or its time budget ends it, and its final adapter scored on the pilot slice, the
+     most accurate one kept: SFT gets the chance GRPO's pilots get, chosen on the same slice, never on a held-out set
+     (`control_tuned.json`);
   4. sft-W + fresh worked SFT: the same as 3 on worked problems of --worked that are not in W (`fresh.jsonl`):
      the "if gold reasoning were free" row, reported, not a target;
   5. greedy evaluation (`grpo-playground eval`) of the four checkpoints on the same --n-eval prompts (and on
@@ -44,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -253,16 +256,21 @@ def main(argv: list[str] | None = None) -> int:
     control_lr = args.control_lr if args.control_lr is not None else cfg.sft.learning_rate / 10
     control_steps = max(1, int(grpo_seconds * sft["steps"] / sft["train_seconds"]))
     batch = cfg.sft.per_device_train_batch_size * cfg.sft.gradient_accumulation_steps
+    budget = max(0.01, round(grpo_seconds / 60, 3))  # minutes: the arms' time budget, as --set writes it
     continuation = [*base, "grpo.enabled=false", f"sft.learning_rate={control_lr}",
-                    "sft.lr_scheduler_type=linear", f"sft.max_minutes={grpo_seconds / 60:.3f}",
+                    "sft.lr_scheduler_type=linear", f"sft.max_minutes={budget}",
                     f"sft.max_steps={control_steps}",
                     "sft.warmup_steps=0", "sft.num_train_epochs=1000"]
     statuses = {"sft_w+grpo_a": grpo_status}
     n_fresh = fresh_set(args, cfg, data_dir, control_steps * batch) if wanted - {"grpo_a"} else None
-    # the tuned control's candidates: evenly spaced checkpoints of the control, all kept (with a pilot slice to pick on)
-    saved = ([f"sft.save_steps={max(1, control_steps // args.control_checkpoints)}",
-              f"sft.save_total_limit={args.control_checkpoints + 1}"]
-             if sets.get("pilot") and args.control_checkpoints else [])
+    # the tuned control's candidates (with a pilot slice to pick on), all kept with its final adapter: k evenly spaced
+    # in its planned steps, and k evenly spaced in its own time (a checkpoint every T / (k + 1) minutes, rounded up so
+    # the last comes no earlier than the budget's end). Whichever ends the control, its steps (a faster pace than
+    # sft-W's) or its time budget (a slower one: a loaded machine reached 235 of 686 planned steps), it has k or more.
+    k = args.control_checkpoints
+    saved = ([f"sft.save_minutes={max(0.001, math.ceil(budget / (k + 1) * 1e6) / 1e6):.6f}",
+              f"sft.save_steps={max(1, control_steps // k)}", f"sft.save_total_limit={2 * k + 1}"]
+             if sets.get("pilot") and k else [])
     tuned = None
     if "more_sft_w" in wanted:
         statuses["sft_w+more_sft_w"] = arm("sft_w+more_sft_w", work / "more_sft_w", "sft",

@@ -23,6 +23,7 @@ from grpo_playground.doctor import critical_finding, diagnose
 from grpo_playground.training.multigpu import any_process
 from grpo_playground.training.progress import eta_seconds, step_note
 from grpo_playground.training.run_folder import RunFolder
+from grpo_playground.training.save_clock import SaveClock
 
 
 
@@ -79,9 +80,11 @@ class RunCallback(TrainerCallback):
     the step's logged row on a logging step, as a row of their own otherwise."""
 
     def __init__(self, folder: RunFolder, stage: str, tracker, history: list[dict], recorder: SampleRecorder | None,
-                 max_minutes: float | None = None, timer: StepTimer | None = None, critical_steps: int | None = None):
+                 max_minutes: float | None = None, timer: StepTimer | None = None, critical_steps: int | None = None,
+                 save_minutes: float | None = None):
         self.folder, self.stage, self.tracker, self.history, self.recorder = folder, stage, tracker, history, recorder
         self.max_minutes = max_minutes
+        self.save_clock = SaveClock(save_minutes)
         self.timer = timer or StepTimer()
         self.pending_timing: dict = {}  # this step's timing, waiting for the step's logged row
         self._optimizer_phase = None
@@ -94,6 +97,7 @@ class RunCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.started, self.first_step = time.time(), state.global_step
+        self.save_clock.start(self.started)
         self.folder.status(state="running", stage=self.stage, step=state.global_step, max_steps=state.max_steps)
 
     def on_step_begin(self, args, state, control, **kwargs):
@@ -120,16 +124,25 @@ class RunCallback(TrainerCallback):
             self.stopped_by = "stop"
         elif self.max_minutes and time.time() - self.started >= self.max_minutes * 60:
             self.stopped_by = "time"
-        if args.world_size > 1 and any_process(bool(self.stopped_by)) and not self.stopped_by:
+        if self._any_process(args, bool(self.stopped_by)) and not self.stopped_by:
             self.stopped_by = "stop"  # another GPU's process saw the request: stop at the same step, together
         if self.stopped_by and state.max_steps and state.global_step >= state.max_steps:
             self.stopped_by = ""  # asked at the last step: the stage ends as finished (a resume would run past it)
+        now = time.time()
+        if self.save_clock.period_s and self._any_process(args, self.save_clock.due(now)):
+            self.save_clock.saving(now)
+            control.should_save = True  # save_minutes: the Trainer saves checkpoint-<step> right after this callback
         if self.stopped_by:
             # Trainer saves a checkpoint right after this callback when should_save is set, then leaves its loop.
             control.should_save = True
             control.should_training_stop = True
         self.timer.add_callbacks(time.perf_counter() - started)
         return control
+
+    @staticmethod
+    def _any_process(args, flag: bool) -> bool:
+        """`flag` on any GPU's process: every process saves or stops at the same step (their clocks differ)."""
+        return any_process(flag) if args.world_size > 1 else flag
 
     def _record_timing(self, state, will_log: bool) -> None:
         self._flush_timing()  # an earlier step's timing whose logged row never came

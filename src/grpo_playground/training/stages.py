@@ -123,7 +123,8 @@ def run_sft(cfg: RunConfig, folder: RunFolder, policy: Policy, tracker, history:
     dataset = training_rows(cfg, policy.tokenizer, "sft", folder)
     args = sft_config(cfg, folder, policy)
     timer = StepTimer(cuda_sync())
-    callback = RunCallback(folder, "sft", tracker, history, None, cfg.sft.max_minutes, timer, critical_steps(cfg))
+    callback = RunCallback(folder, "sft", tracker, history, None, cfg.sft.max_minutes, timer, critical_steps(cfg),
+                           cfg.sft.save_minutes)
     trainer = SFTTrainer(model=policy.model, args=args, train_dataset=dataset, processing_class=policy.tokenizer,
                          callbacks=[callback])
     timer.wrap(trainer, "training_step", "forward_backward")
@@ -165,7 +166,8 @@ def run_grpo(cfg: RunConfig, folder: RunFolder, policy: Policy, tracker, history
         # TRL's colocated engine must live in this process (external_launcher), not in vLLM's engine subprocess
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     timer = StepTimer(cuda_sync())
-    callback = RunCallback(folder, "grpo", tracker, history, recorder, g.max_minutes, timer, critical_steps(cfg))
+    callback = RunCallback(folder, "grpo", tracker, history, recorder, g.max_minutes, timer, critical_steps(cfg),
+                           g.save_minutes)
     # TRL + PEFT: the product's trainer (no forward twice, chunked log-probs, the chosen vLLM sync); Unsloth its own
     options = dict(logprobs=g.logprobs, weight_sync=g.weight_sync) if policy.backend == "trl" else {}
     # TRL's colocated engine starts in the trainer: alone on the GPU meanwhile (a chat server starting beside it
