@@ -40,6 +40,19 @@ def _help(text: str, **extra) -> dict:
     return {"help": text, **extra}
 
 
+def _max_minutes():
+    """The time budget of a stage (SFT and GRPO alike): a field of the product's, not of TRL's configs."""
+    return field(default=None, metadata=_help(
+        "Time budget: stop (and save the adapter) after this many minutes even before max_steps; empty = none."))
+
+
+def _save_minutes():
+    """Checkpoints spaced in a stage's time (SFT and GRPO alike): a field of the product's, not of TRL's configs."""
+    return field(default=None, metadata=_help(
+        "Also save a resumable checkpoint each time this many minutes of the stage have passed (beside save_steps; "
+        "save_total_limit still applies): checkpoints spaced in time whatever the pace; empty = none."))
+
+
 def _check_choice(path: str, value, choices) -> None:
     if value not in choices:
         raise ConfigError(path, value, f"choose one of {', '.join(map(str, choices))}")
@@ -163,11 +176,8 @@ class SFTStage:
     save_steps: int = field(default=100, metadata=_help("Save a resumable checkpoint every N steps."))
     save_total_limit: int = field(default=2, metadata=_help(
         "Checkpoints kept (older ones are deleted); the comparison's tuned control keeps every one it scores."))
-    max_minutes: Optional[float] = field(default=None, metadata=_help(
-        "Time budget: stop (and save the adapter) after this many minutes even before max_steps; empty = none."))
-    save_minutes: Optional[float] = field(default=None, metadata=_help(
-        "Also save a resumable checkpoint each time this many minutes of the stage have passed (beside save_steps; "
-        "save_total_limit still applies): checkpoints spaced in time whatever the pace; empty = none."))
+    max_minutes: Optional[float] = _max_minutes()
+    save_minutes: Optional[float] = _save_minutes()
     trl_options: dict = field(default_factory=dict, metadata=_help(
         "Any other field of TRL's SFTConfig, by TRL's name: a recipe writes it in this section beside the others."))
 
@@ -226,11 +236,8 @@ class GRPOStage:
     logging_steps: int = field(default=5, metadata=_help("Log metrics and sample completions every N steps (seed 5)."))
     save_steps: int = field(default=50, metadata=_help("Save a resumable checkpoint every N steps."))
     save_total_limit: int = field(default=2, metadata=_help("Checkpoints kept (older ones are deleted)."))
-    max_minutes: Optional[float] = field(default=None, metadata=_help(
-        "Time budget: stop (and save the adapter) after this many minutes even before max_steps; empty = none."))
-    save_minutes: Optional[float] = field(default=None, metadata=_help(
-        "Also save a resumable checkpoint each time this many minutes of the stage have passed (beside save_steps; "
-        "save_total_limit still applies): checkpoints spaced in time whatever the pace; empty = none."))
+    max_minutes: Optional[float] = _max_minutes()
+    save_minutes: Optional[float] = _save_minutes()
     use_vllm: bool = field(default=True, metadata=_help(
         "Generate with vLLM (colocated) when it is installed and a GPU is present; else model.generate."))
     num_iterations: int = field(default=1, metadata=_help(
