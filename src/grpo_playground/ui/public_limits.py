@@ -37,7 +37,7 @@ from grpo_playground.ui.request_limits import (
     visitor_of_request,
 )
 from grpo_playground.ui.run_downloads import RunDownloads
-from grpo_playground.ui.token_guesses import TokenGuesses, token_inputs, wrong_token
+from grpo_playground.ui.token_guesses import TokenGuesses, event_tokens, wrong_token
 
 MONITORING_ENV = "GRPO_PLAYGROUND_MONITORING"
 # Sessions Gradio keeps: ~0.64 MB of per-session config each (measured) plus the inputs bounded below (~1 MB of
@@ -136,8 +136,7 @@ def bound_queue(demo: gr.Blocks) -> None:
         fn = demo.fns.get(body.fn_index) if body.fn_index is not None else None
         if fn is None:
             return await push(body, request, username)  # Gradio's own error for a missing or unknown fn_index
-        tokens = [value for i, value in enumerate(body.data) if i in token_inputs(fn) and isinstance(value, str)
-                  and value]
+        tokens = event_tokens(fn, body.data)
         visitor = visitor_of_request(request)
         if refusal := guesses.refusal(visitor, tokens) or fair.refusal(fn, visitor):
             raise HTTPException(status_code=429, detail=refusal)
@@ -177,7 +176,7 @@ def owner_join(demo: gr.Blocks, visitor: str, body: bytes) -> bool:
         return False
     if fn is None or not isinstance(data, list):
         return False
-    tokens = [value for i, value in enumerate(data) if i in token_inputs(fn) and isinstance(value, str) and value]
+    tokens = event_tokens(fn, data)
     return bool(tokens) and guesses.refusal(visitor, tokens) is None and not any(map(wrong_token, tokens))
 
 

@@ -34,6 +34,11 @@ def token_inputs(fn) -> frozenset[int]:
                      if isinstance(block, gr.Textbox) and block.type == "password")
 
 
+def event_tokens(fn, data: list) -> list[str]:
+    """The owner tokens an event's values carry (the non-empty texts at its token inputs)."""
+    return [value for i, value in enumerate(data) if i in token_inputs(fn) and isinstance(value, str) and value]
+
+
 def wrong_token(token: str) -> bool:
     try:
         check_owner(token)
