@@ -28,6 +28,11 @@ def rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def lora_sha256(adapter: Path) -> str:
+    """The hash of an adapter folder's trained weights alone."""
+    return hashlib.sha256((adapter / "adapter_model.safetensors").read_bytes()).hexdigest()
+
+
 def test_sets_from_real_files_are_disjoint_and_answer_only(tmp_path):
     # The GSM8K file (4 valid rows of 8) is both the held-out set (its first valid row) and the source of W and
     # of the fresh problems: both must skip the held-out row, and fresh must skip W.
@@ -81,6 +86,15 @@ def test_every_arm_trains_and_is_scored_on_the_same_prompts(finished_comparison)
     assert progress["sft_w+grpo_a"]["run_dir"] == str(work / "grpo_a")
     # sft-W's rounds with their sampled format rates (the app shows them: the step count restarts every round)
     assert progress["sft_w"]["rounds"] == result["sft_w"]["rounds"] and progress["sft_w"]["round"] == 1
+    # the tuned control scores the more-SFT arm's checkpoints and final adapter: real weights, each one trained past
+    # sft-W and distinct from the others, the scored adapter the chosen candidate's
+    tuned, more = result["control_tuned"], work / "more_sft_w"
+    candidates = {c["name"]: more / "sft" if c["name"] == "final" else more / "checkpoints" / "sft" / c["name"]
+                  for c in tuned["candidates"]}
+    assert len(candidates) >= 2 and Path(tuned["adapter"]) == candidates[tuned["chosen"]]
+    digests = {name: lora_sha256(path) for name, path in candidates.items()}
+    assert len(set(digests.values())) == len(digests)
+    assert lora_sha256(work / "sft_w_round0" / "sft") not in digests.values()
 
 
 def test_only_sft_w_stops_after_it_and_a_run_without_it_goes_on_from_there(finished_comparison, tmp_path):
@@ -116,17 +130,46 @@ def test_only_sft_w_stops_after_it_and_a_run_without_it_goes_on_from_there(finis
         {k: expected[k] for k in ("eval", "steps", "seconds", "grpo_minus")}
 
 
+def test_a_carried_sft_w_whose_weights_changed_is_refused(finished_comparison, tmp_path):
+    """On a copy of the shared comparison's folder: given the hash lease 1 printed, a run refuses to start from an
+    sft-W whose weights changed since, before anything runs, and goes on from the same weights unchanged."""
+    folder = finished_comparison.copy_into(tmp_path / "runs")
+    plan = ComparisonPlan(**read_json(folder / COMPARISON_JOB)["meta"]["plan"])
+    argv = jobs.experiment_command(folder, plan)[3:]  # the job's own arguments (python -m MODULE ARGS)
+    work, out = folder / COMPARISON_WORK, folder / COMPARISON_RESULT
+    progress = (work / PROGRESS_FILE).read_text()  # names sft-W's folder: the copy's, as if restored in its place
+    (work / PROGRESS_FILE).write_text(progress.replace(str(finished_comparison.folder), str(folder)))
+    sft_hash = json.loads(progress)["steps"]["sft_w"]["sha256"]
+    weights = work / "sft_w_round0" / "sft" / "adapter_model.safetensors"
+    kept = weights.read_bytes()
+    weights.write_bytes(kept[:-1] + bytes([kept[-1] ^ 1]))  # one bit of the trained weights
+    out.with_suffix(".json").unlink()
+    with pytest.raises(SystemExit, match=f"has sha256 {checkpoints.adapter_sha256(weights.parent)}, not the "
+                                         f"{sft_hash} every arm must start from"):
+        seed_regime.main([*argv, "--sft-w-sha256", sft_hash])
+    assert not out.with_suffix(".json").exists()
+    weights.write_bytes(kept)
+    assert seed_regime.main([*argv, "--sft-w-sha256", sft_hash]) == 0  # every step finished: read back, not rerun
+    result = json.loads(out.with_suffix(".json").read_text())
+    assert result["sft_w_sha256"] == sft_hash and set(result["start_sha256"].values()) == {sft_hash}
+
+
+def run_fake_experiment(*argv: str) -> None:
+    """The experiment's CLI on tests/fake_experiment.py (this driver, training and scoring without a model)."""
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "fake_experiment.py"), *argv], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
 @pytest.mark.slow  # the experiment's child and its (fake) training children
 def test_without_a_pilot_slice_four_arms_are_scored_and_no_tuned_control(tmp_path):
     """The CLI's default (no --n-pilot; the panel always has a pilot slice, so the shared comparison does too): the
     driver scores the four arms alone, its pre-flights sample the held-out set. The fake experiment runs it
     (tests/fake_experiment.py: this driver, training and scoring without a model): what is checked is the driver's."""
     out = tmp_path / "result"
-    argv = ["--n-worked", "16", "--n-answers", "16", "--n-eval", "8", "--minutes", "0.05", "--round-steps", "3",
-            "--format-target", "0", "--preflight-prompts", "1", "--work", str(tmp_path / "work"), "--out", str(out)]
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "fake_experiment.py"), *argv], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_fake_experiment("--n-worked", "16", "--n-answers", "16", "--n-eval", "8", "--minutes", "0.01",
+                        "--round-steps", "3", "--format-target", "0", "--preflight-prompts", "1",
+                        "--work", str(tmp_path / "work"), "--out", str(out))
     result = json.loads(out.with_suffix(".json").read_text())
     assert set(result["eval"]) == set(ARMS) and result["control_tuned"] is None
     assert {arm: d["n"] for arm, d in result["grpo_minus"].items()} == {
@@ -198,20 +241,25 @@ def test_a_carried_sft_w_with_another_hash_is_refused(tmp_path, capsys):
         checkpoints.carried_sft_w(tmp_path, found, "b" * 64)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the experiment's child and its (fake) training children
 def test_gsm8k_regime_split_over_two_leases_starts_every_arm_from_one_checkpoint(tmp_path):
     """The GPU plan on tiny: lease 1 trains sft-W, the pilots and GRPO; lease 2 gets the work folder back without
-    weights but with sft-W's adapter, checks its hash, trains the two SFT arms and reports both held-out columns."""
+    weights but with sft-W's adapter, checks its hash, trains the two SFT arms and reports both held-out columns.
+    The fake experiment runs it (tests/fake_experiment.py: this driver, no model): what is checked is the driver's
+    bookkeeping. The weights' side, on the session's real comparison: a changed sft-W adapter is refused
+    (test_a_carried_sft_w_whose_weights_changed_is_refused) and the tuned control's candidates are distinct trained
+    weights (test_every_arm_trains_and_is_scored_on_the_same_prompts)."""
     train, test = gsm8k_shaped(tmp_path / "train.jsonl", "train", 40), gsm8k_shaped(tmp_path / "test.jsonl", "test", 6)
     work, out = tmp_path / "work", tmp_path / "result"
+    # T of 0.6 s: the fake's steps take 0.05 s, so each arm still takes several steps and the control its checkpoints
     argv = ["--worked", "generator:train?levels=1", "--answers", train, "--eval-data", test, "--n-eval", "6",
             "--eval-data-2", "generator:test?levels=1", "--n-eval-2", "6", "--n-worked", "12", "--n-answers", "16",
-            "--n-pilot", "4", "--minutes", "0.1", "--round-steps", "3", "--format-target", "0",
+            "--n-pilot", "4", "--minutes", "0.01", "--round-steps", "3", "--format-target", "0",
             "--preflight-prompts", "1", "--work", str(work), "--out", str(out),
             "--set", "sft.per_device_train_batch_size=4", "--set", "grpo.per_device_train_batch_size=8",
             "--set", "grpo.max_completion_length=32"]
-    pilots = ["--pilot", "recipe", "--pilot", "hot:grpo.temperature=1.3,grpo.beta=0.0", "--pilot-minutes", "0.05"]
-    assert seed_regime.main([*argv, *pilots, "--only-arms", "grpo_a"]) == 0
+    pilots = ["--pilot", "recipe", "--pilot", "hot:grpo.temperature=1.3,grpo.beta=0.0", "--pilot-minutes", "0.01"]
+    run_fake_experiment(*argv, *pilots, "--only-arms", "grpo_a")
     assert not out.with_suffix(".json").exists() and not (work / "more_sft_w").exists()
     progress = json.loads((work / PROGRESS_FILE).read_text())["steps"]
     sft_hash = progress["sft_w"]["sha256"]
@@ -225,13 +273,13 @@ def test_gsm8k_regime_split_over_two_leases_starts_every_arm_from_one_checkpoint
         weights.unlink()
     grpo_log = (work / "grpo_a.log").read_text()
     adapter = Path(progress["sft_w"]["run_dir"]) / "sft"
-    kept = {p: p.read_bytes() for p in adapter.glob("*.safetensors")}
+    kept = {p: p.read_bytes() for p in adapter.iterdir() if p.suffix in (".safetensors", ".json")}
     next(iter(kept)).write_bytes(b"another checkpoint")
     with pytest.raises(SystemExit, match="not the .* every arm must start from"):
-        seed_regime.main([*argv, *pilots, "--sft-w-sha256", sft_hash])
+        seed_regime.main([*argv, *pilots, "--sft-w-sha256", sft_hash])  # refused before anything runs
     for p, data in kept.items():
         p.write_bytes(data)
-    assert seed_regime.main([*argv, *pilots, "--sft-w-sha256", sft_hash]) == 0
+    run_fake_experiment(*argv, *pilots, "--sft-w-sha256", sft_hash)
     assert (work / "grpo_a.log").read_text() == grpo_log  # GRPO ran once, in lease 1
     result = json.loads(out.with_suffix(".json").read_text())
     assert result["sft_w_sha256"] == sft_hash and set(result["start_sha256"].values()) == {sft_hash}
@@ -252,16 +300,9 @@ def test_gsm8k_regime_split_over_two_leases_starts_every_arm_from_one_checkpoint
     assert tuned["chosen"] == [c["name"] for c in tuned["candidates"] if c["accuracy"] == best][-1]
     for column in (result, second):
         assert column["eval"][TUNED]["n"] == 6 and TUNED in column["grpo_minus"]
-    # the scored adapter is the chosen checkpoint's own weights: trained past sft-W, distinct from the other candidates
-    chosen = Path(tuned["adapter"])
-    assert chosen == (work / "more_sft_w" / "sft" if tuned["chosen"] == "final"
-                      else work / "more_sft_w" / "checkpoints" / "sft" / tuned["chosen"])
-    weights = {c["name"]: (work / "more_sft_w" / "checkpoints" / "sft" / c["name"] if c["name"] != "final"
-                           else work / "more_sft_w" / "sft") for c in tuned["candidates"]}
-    digests = {name: hashlib.sha256((path / "adapter_model.safetensors").read_bytes()).hexdigest()
-               for name, path in weights.items()}
-    sft_w_weights = hashlib.sha256((adapter / "adapter_model.safetensors").read_bytes()).hexdigest()
-    assert len(set(digests.values())) == len(digests) and sft_w_weights not in digests.values()
+    # the scored adapter is the chosen checkpoint's folder
+    assert Path(tuned["adapter"]) == (work / "more_sft_w" / "sft" if tuned["chosen"] == "final"
+                                      else work / "more_sft_w" / "checkpoints" / "sft" / tuned["chosen"])
     assert f"Tuned control ({TUNED})" in md and f"chosen: `{tuned['chosen']}`" in md
 
 
