@@ -47,7 +47,6 @@ TIERS = {
     "trainer": "slow",  # the training CLI in a child process
     "exported_lora_run": "slow",  # tests/test_export.py: a LoRA trained, converted and quantized by llama.cpp
     "exported_format_run": "slow",
-    "written": "slow",  # tests/test_scale_out.py: what `python -m pipelines.scale_out` wrote
     "finished_comparison": "slow",  # tests/shared_comparison.py: a real tiny comparison, every arm trained
 }
 TIER_NAMES = ("slow", "browser", "app")

@@ -12,10 +12,12 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib.util
+import io
 import json
 import os
 import subprocess
 import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -30,8 +32,17 @@ UNTAGGED = "3 + 4 = 7, so the answer is 7."
 
 
 def scale_out(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipelines.scale_out", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    """`grpo-playground scale-out ARGS` through the CLI's main in this process (a child would pay seconds of imports
+    for each call; the training tab's job below runs the CLI as a child), its exit status and output as a child's."""
+    from grpo_playground.cli.scale_out import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exit:  # argparse's usage errors
+            code = exit.code
+    return subprocess.CompletedProcess(["grpo-playground", "scale-out", *args], code, out.getvalue(), err.getvalue())
 
 
 def load_by_path(path: Path):
@@ -77,7 +88,6 @@ def test_the_reward_file_scores_as_the_playgrounds_grpo_trainer_does(written):
     assert totals[RIGHT] > totals[WRONG] > totals[UNTAGGED]
 
 
-@pytest.mark.slow  # pipelines.scale_out in a child
 def test_the_reward_file_keeps_the_recipes_format_gate_and_shaped_rewards(tmp_path):
     # a run trained with rewards.gate_on_format must be scored with the gate there too, and with its knobs
     from grpo_playground.config import apply_overrides, load_recipe
@@ -211,7 +221,6 @@ def make_sft_run(runs: Path) -> Path:
     return run
 
 
-@pytest.mark.slow  # pipelines.scale_out in a child
 def test_a_run_starts_verl_from_its_sft_adapter(tmp_path):
     run = make_sft_run(tmp_path / "runs")
     out = tmp_path / "out"
