@@ -66,7 +66,7 @@ SHARED_RUNS = ("finished_comparison",)
 # the shortened quick demo in the browser and Space end to end by their own runs beside the others, as ratios):
 # handed out first, they run beside each other and the short files fill in around them, instead of one of them
 # starting last and running alone. The others follow in collection order.
-LONGEST_FIRST = ("tests/test_seed_regime.py", "tests/test_export.py", "tests/test_train_cli.py",
+LONGEST_FIRST = ("tests/test_export.py", "tests/test_train_cli.py",
                  "tests/browser/test_e2e_flow.py", "tests/test_space_e2e.py", "finished_comparison",
                  "tests/browser/test_quick_browser.py", "tests/test_resume.py", "tests/test_training_tab.py")
 
