@@ -272,6 +272,11 @@ def test_gsm8k_regime_split_over_two_leases_starts_every_arm_from_one_checkpoint
     for weights in work.glob("[gp]*/*/*.safetensors"):
         weights.unlink()
     grpo_log = (work / "grpo_a.log").read_text()
+    def written(paths) -> dict[Path, tuple[bytes, int]]:
+        return {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in paths}
+
+    grpo_scores = written(work.glob("eval*_sft_w_grpo_a.json"))  # both held-out columns
+    assert len(grpo_scores) == 2
     adapter = Path(progress["sft_w"]["run_dir"]) / "sft"
     kept = {p: p.read_bytes() for p in adapter.iterdir() if p.suffix in (".safetensors", ".json")}
     next(iter(kept)).write_bytes(b"another checkpoint")
@@ -281,6 +286,8 @@ def test_gsm8k_regime_split_over_two_leases_starts_every_arm_from_one_checkpoint
         p.write_bytes(data)
     run_fake_experiment(*argv, *pilots, "--sft-w-sha256", sft_hash)
     assert (work / "grpo_a.log").read_text() == grpo_log  # GRPO ran once, in lease 1
+    # and was scored there: lease 2, without its weights, reads its evaluations back
+    assert written(grpo_scores) == grpo_scores
     result = json.loads(out.with_suffix(".json").read_text())
     assert result["sft_w_sha256"] == sft_hash and set(result["start_sha256"].values()) == {sft_hash}
     assert set(result["start_sha256"]) == set(ARMS[1:])
