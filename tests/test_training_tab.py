@@ -456,13 +456,11 @@ def test_progress_of_a_finished_all_stages_run_and_of_the_hand_over():
     assert handover["starting"] and handover["max_steps"] is None and handover["eta_s"] is None
 
 
-def test_every_button_that_writes_the_run_message_marks_whose_state_it_was_written_for(app_url):
+def test_every_button_that_writes_the_run_message_marks_whose_state_it_was_written_for(app_module):
     """The tick clears the run message once the run it was written for moves on (message_for). A button that wrote
     the message without marking it was wiped within 2 s when an earlier answer's mark was stale: "Chat with it" on a
     run just finished said "nothing to chat with yet" for one tick."""
-    import app
-
-    config = app.demo.get_config_file()
+    config = app_module.demo.get_config_file()
     ids = {c["props"].get("elem_id"): c["id"] for c in config["components"] if c["props"].get("elem_id")}
     message = ids["training-run-msg"]
     writers = [d for d in config["dependencies"] if message in d["outputs"]]
