@@ -157,16 +157,24 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def app_url(tmp_path_factory):
-    """The real app, launched once per test session on a free port, with its runs in a temp folder."""
+def app_module(tmp_path_factory):
+    """The app's module, its demo built but not served (for tests that read its events and components), with its
+    runs in a temp folder. Not a tier: building the demo costs its first import only."""
     os.environ["GRPO_PLAYGROUND_RUNS_DIR"] = str(tmp_path_factory.mktemp("runs"))
     import app
+
+    return app
+
+
+@pytest.fixture(scope="session")
+def app_url(app_module):
+    """The real app, launched once per test session on a free port, with its runs in a temp folder."""
     from grpo_playground.ui.public_limits import serve
 
     port = free_port()
-    serve(app.demo, server_name="127.0.0.1", server_port=port, quiet=True)
+    serve(app_module.demo, server_name="127.0.0.1", server_port=port, quiet=True)
     yield f"http://127.0.0.1:{port}/"
-    app.demo.close()
+    app_module.demo.close()
     kill_leftover_jobs()
 
 

@@ -195,12 +195,10 @@ def test_zero_variance_names_the_fix_before_the_reason(completions, fix):
     assert report.index("What to do") < report.index("Why:")
 
 
-def test_every_edit_is_scored_through_one_event_so_the_last_edit_wins(app_url):
+def test_every_edit_is_scored_through_one_event_so_the_last_edit_wins(app_module):
     """always_last orders the runs of one event: with one event per box, a slow paste's scores could land after a
     quicker untick's and show the rewards of before. One event over every input: the last edit's result stays."""
-    import app
-
-    config = app.demo.get_config_file()
+    config = app_module.demo.get_config_file()
     report = next(c["id"] for c in config["components"] if c["props"].get("elem_id") == "sandbox-report")
     scorers = [d for d in config["dependencies"]
                if report in d["outputs"] and any(event == "change" for _, event in d["targets"])]

@@ -36,10 +36,8 @@ GROUP = "<SOLUTION>42</SOLUTION>\n---\n<SOLUTION>41</SOLUTION>"
 
 
 @pytest.fixture(scope="module")
-def demo(app_url):
-    import app
-
-    return app.demo
+def demo(app_module):
+    return app_module.demo
 
 
 @pytest.fixture(scope="module")
@@ -375,13 +373,11 @@ def test_the_page_config_is_built_once_per_address_not_per_request(monkeypatch):
         assert len({page.content for page in pages}) == 1 and b"hello" in pages[0].content and len(builds) == 3
 
 
-def test_the_apps_shared_groups_are_the_ones_the_deploy_guide_names(app_url):
+def test_the_apps_shared_groups_are_the_ones_the_deploy_guide_names(demo):
     """deploy.md: scoring 16, chat 3, eval 1, comparison 1, at most 24 of Gradio's 40 event slots. The test above
     attacks the mechanism on a small app; this one reads the real app's groups."""
-    import app
-
     shared: dict[str, set] = {}
-    for fn in app.demo.fns.values():
+    for fn in demo.fns.values():
         if not str(fn.concurrency_id).isdigit():  # Gradio's default id: an event alone in its group
             shared.setdefault(fn.concurrency_id, set()).add(fn.concurrency_limit)
     assert shared == {"score": {16}, "chat": {3}, "eval": {1}, "compare": {1}}, shared
