@@ -256,7 +256,11 @@ def overfit_model(architecture: str, folder: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("architecture", ["qwen2", "qwen3"])
-def test_qwen_architectures_convert_and_decode_like_hf(architecture, tmp_path):
+def test_qwen_architectures_convert_decode_and_evaluate_like_hf(architecture, tmp_path):
+    """The export's f16 GGUF decodes like the HF model, and the llama.cpp eval backend on it gives the completions
+    the transformers backend gives on the merged folder (one overfit model and export serve both checks)."""
+    from grpo_playground.eval.runner import evaluate
+
     model_dir = overfit_model(architecture, tmp_path / architecture)
     report = export_run(model=str(model_dir), gguf=["q8_0"], out_dir=tmp_path / "export", say=lambda _: None)
     greedy = report["checks"]["greedy_f16"]
@@ -264,6 +268,13 @@ def test_qwen_architectures_convert_and_decode_like_hf(architecture, tmp_path):
     assert all(case["tokenizer_match"] for case in greedy["cases"])
     # The q8_0 file loads and replies through its own chat template (this toy model only recites spaces there).
     assert isinstance(report["checks"]["answers_q8_0"]["answer"], str)
+
+    kwargs = {"data": "generator:test", "n": 3, "max_new_tokens": 16, "log": lambda _: None}
+    gguf = evaluate(report["files"]["gguf_f16"], backend="llama.cpp", **kwargs)
+    hf = evaluate(report["files"]["merged"], backend="transformers", **kwargs)
+    assert gguf["settings"]["backend"] == "llama.cpp" and gguf["n"] == 3
+    assert [c["text"] for c in gguf["completions"]] == [c["text"] for c in hf["completions"]]
+    assert all(c["text"] for c in gguf["completions"])
 
 
 def test_bad_requests_get_clear_errors(tmp_path):
