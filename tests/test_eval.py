@@ -172,7 +172,7 @@ def test_eval_panel_runs_a_background_job_and_compares(tiny, adapter_run, monkey
         run_evals(["tiny"], "generator:test", 4, 4, 24, token="")
     deadline = time.monotonic() + 400
     while eval_job_state()["state"] == "running" and time.monotonic() < deadline:
-        time.sleep(1)
+        time.sleep(0.2)
     status, log, table, chart, verdict, choices, shown = refresh("generator:test", None)
     assert "tiny: done" in status and f"{adapter_run.name}/sft: done" in status, log
     assert sorted(table["checkpoint"]) == sorted(["tiny", f"{adapter_run.name}/sft"])

