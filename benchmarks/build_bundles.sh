@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build, on the CPU machine, what the GPU machine lacks, as byte-identical parts of <= 46 MiB that one
+# Build, on the CPU machine, what the GPU machine lacks, as byte-identical parts of <= 38 MiB that one
 # `device.run` call each can carry (64 MiB per call). Run from the repo root:
 #   bash benchmarks/build_bundles.sh            # -> .whl_parts/p1 .. pN  (+ .whl_parts/MANIFEST)
 # On the device, benchmarks/device_setup.sh appends each carried part and unpacks every bundle that is complete.
@@ -88,6 +88,6 @@ for b in ${BUNDLES:-base smollm2 vllm app}; do
   cat "$PARTS/$b.tgz" >> "$PARTS/all.bin"
 done
 rm "$PARTS"/*.tgz
-(cd "$PARTS" && split -b 46m -d -a 1 all.bin part. && rm all.bin)  # 46 MiB: the project (16 MiB) travels beside each
+(cd "$PARTS" && split -b 38m -d -a 1 all.bin part. && rm all.bin)  # 38 MiB: the project (19 MiB) travels beside each
 rm -rf "$ROOT"/.whlp[0-9]*; n=0; for f in "$PARTS"/part.*; do n=$((n+1)); mkdir -p "$ROOT/.whlp$n"; rm -f "$ROOT/.whlp$n"/*; mv "$f" "$ROOT/.whlp$n/"; cp "$PARTS/MANIFEST" "$ROOT/.whlp$n/"; done
 cat "$PARTS/MANIFEST"; du -sh "$ROOT"/.whlp*
