@@ -16,9 +16,20 @@ import pytest
 
 from grpo_playground.contracts.layout import ADAPTER_CONFIG, EXPORT_JOB, JOB_FILE, LOG_FILE, METRICS_FILE
 from grpo_playground.contracts.process import write_json_atomic
+from grpo_playground.owner import OWNER_TOKEN_ENV
 from grpo_playground.run_layout import runs_dir, write_status
 
 RUN = "20260101-000000-leak-beef"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def owner_token():
+    """A Space with an owner, as the stranger meets it: /resume and /export below are refused. Without a token they
+    would start jobs on the fake run, and whether its export record was still the fixture's when the later tests read
+    it depended on how fast the resumed job failed (a full run once saw the export's files gone)."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(OWNER_TOKEN_ENV, "the-owner-token-of-this-module")
+        yield
 
 
 @pytest.fixture(scope="module")
