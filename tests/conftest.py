@@ -11,12 +11,15 @@ A fast test whose call takes longer than FAST_LIMIT_S fails, saying which tier t
 
 from __future__ import annotations
 
+import atexit
 import importlib._bootstrap
 import os
 import resource
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -27,6 +30,11 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("SWANLAB_MODE", "disabled")
+# Each test process (each xdist worker) gets its own Gradio upload folder, which the apps it starts inherit: apps of
+# the other worker sweep aged files from theirs (tests age files to prove the sweep), and a shared folder let that
+# sweep delete files between a test's measure of the folder and its upload (a cap test saw 200 where 507 was due).
+os.environ["GRADIO_TEMP_DIR"] = tempfile.mkdtemp(prefix="gradio-tests-", dir=os.environ.get("GRADIO_TEMP_DIR"))
+atexit.register(shutil.rmtree, os.environ["GRADIO_TEMP_DIR"], ignore_errors=True)
 
 import pytest  # noqa: E402
 
