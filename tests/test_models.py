@@ -120,3 +120,31 @@ def test_smollm2_converts_and_generates():
     assert tokenizer.eos_token == "<|im_end|>"  # the GGUF reader's wrong eos is corrected
     assert "quantization_config" not in json.loads((hf_dir("smollm2-135m") / "config.json").read_text())
     assert "5" in greedy_text(model, tokenizer, "What is 2 + 3?", 8)
+
+
+def test_a_second_conversion_waits_for_the_first_and_reuses_its_folder(tmp_path, monkeypatch):
+    """Two jobs that start on the same GGUF model together convert it once: the second waits for the first's lock,
+    then finds the folder (before: both dequantized it, ~30 s of CPU each for SmolLM2, one copy thrown away)."""
+    import dataclasses
+    import fcntl
+    import threading
+
+    from grpo_playground.models import loading
+
+    monkeypatch.setenv("GRPO_PLAYGROUND_CACHE", str(tmp_path / "cache"))
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"not a real GGUF: converting it would fail")
+    spec = dataclasses.replace(resolve_model("smollm2-135m"), location=str(gguf))
+    target = loading._converted_dir(spec, gguf)
+    target.parent.mkdir(parents=True)
+    returned = []
+    with open(target.parent / f"{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the first job, converting
+        second = threading.Thread(target=lambda: returned.append(loading.convert_gguf(spec)))
+        second.start()
+        second.join(1.0)
+        assert second.is_alive() and not returned  # it waits, it does not convert beside the first
+        target.mkdir()
+        (target / "config.json").write_text("{}")  # the first job's folder lands
+    second.join(10)
+    assert returned == [target]

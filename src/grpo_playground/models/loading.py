@@ -6,6 +6,7 @@ GGUF models are dequantized once into a cache directory (env GRPO_PLAYGROUND_CAC
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -38,6 +39,21 @@ def convert_gguf(spec: ModelSpec) -> Path:
     target = _converted_dir(spec, gguf)
     if (target / "config.json").is_file():
         return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # One conversion at a time per target: a second job (or a training and an export started together) waits for
+    # the first one's folder instead of spending the same half-minute of CPU on a copy it then throws away.
+    with open(target.parent / f"{target.name}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except OSError:
+            pass  # a mount without locks (some network filesystems): convert unlocked; the rename settles a race
+        if (target / "config.json").is_file():
+            return target
+        _dequantize(gguf, target)
+    return target
+
+
+def _dequantize(gguf: Path, target: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -53,7 +69,6 @@ def convert_gguf(spec: ModelSpec) -> Path:
         token_id = getattr(model.config, f"{role}_token_id", None)
         if isinstance(token_id, int):
             setattr(tokenizer, f"{role}_token", tokenizer.convert_ids_to_tokens(token_id))
-    target.parent.mkdir(parents=True, exist_ok=True)
     # Write to a temp folder and rename, so a killed conversion never leaves a half-written model behind.
     staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
     try:
@@ -61,11 +76,10 @@ def convert_gguf(spec: ModelSpec) -> Path:
         tokenizer.save_pretrained(staging)
         staging.rename(target)
     except OSError:
-        if not (target / "config.json").is_file():  # another process may have won the race
+        if not (target / "config.json").is_file():  # an unlocked conversion elsewhere may have won the race
             raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return target
 
 
 def hf_dir(name_or_spec: str | ModelSpec) -> Path:
