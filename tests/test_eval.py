@@ -206,6 +206,9 @@ def test_a_stopped_evaluation_job_ends_its_whole_chain(tiny, tmp_path, monkeypat
 
     start_eval_job(["tiny", "tiny"], "generator:test", 2000, 4, 256)
     pid = read_json(tmp_path / "evals" / "eval_job.json")["pid"]
+    deadline = time.monotonic() + 30  # the supervisor marks its first step running just after it writes its pid
+    while eval_job_state()["items"][0]["state"] == "pending" and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert [i["state"] for i in eval_job_state()["items"]] == ["running", "pending"]
     deadline = time.monotonic() + 60
     while not evaluating() and time.monotonic() < deadline:  # the supervisor's child, the evaluation itself
