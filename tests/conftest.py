@@ -66,7 +66,7 @@ TIER_NAMES = ("slow", "browser", "app")
 FAST_LIMIT_S = float(os.environ.get("GRPO_PLAYGROUND_FAST_TEST_S", "5"))
 
 
-# --- parallel workers (pytest-xdist, the README's full command: -n 2 --dist loadgroup) --------------------------------
+# --- parallel workers (pytest-xdist, the README's full command: -n 3 --dist loadgroup) --------------------------------
 
 # A session fixture that trains is built once per worker: the tests that read it share one worker, with it.
 SHARED_RUNS = ("finished_comparison",)
