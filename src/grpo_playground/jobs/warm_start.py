@@ -176,12 +176,7 @@ def _be_supervisor(request: dict, log_fd: int) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
 
-    def supervise() -> int:
-        from grpo_playground.jobs.supervisor import supervise
-
-        return supervise(Path(record))
-
-    _exit_with(supervise)
+    _run_as_main("grpo_playground.jobs.supervisor", [record])  # as `python -m` runs it (no import of it here)
 
 
 # --- a warm process's steps --------------------------------------------------------------------------------------
@@ -235,8 +230,11 @@ def _be_step(argv: list[str], env: dict[str, str], stdout_fd: int | None) -> Non
     _reseed()
     os.environ.clear()
     os.environ.update({**_set_by_imports, **env})
-    module = argv[2]
-    sys.argv = [module, *argv[3:]]
+    _run_as_main(argv[2], argv[3:])
+
+
+def _run_as_main(module: str, args: list[str]) -> None:
+    sys.argv = [module, *args]
     _exit_with(lambda: runpy.run_module(module, run_name="__main__", alter_sys=True))
 
 
