@@ -10,7 +10,6 @@ from pathlib import Path
 
 from grpo_playground.child_process import python_child_env
 from grpo_playground.cli.args import EvalArgs, TrainArgs
-from grpo_playground.jobs import warm_start
 from grpo_playground.run_layout import read_status
 
 
@@ -18,13 +17,10 @@ def run(command: list[str], log: Path) -> None:
     """Run one CLI to its end, its output appended to `log` (a file, never a pipe); a failure ends the experiment
     with the command and the log's name."""
     print(f"$ {' '.join(command)}", flush=True)
-    env = python_child_env(OMP_NUM_THREADS="1")
-    with open(log, "a") as f:  # a fork of this process where it is warm (jobs.warm_start), else a fresh one
-        child = warm_start.start_step(command, env, f.fileno()) or subprocess.Popen(
-            command, env=env, stdout=f, stderr=subprocess.STDOUT)
-        returncode = child.wait()
-    if returncode != 0:
-        raise SystemExit(f"failed ({returncode}): {' '.join(command)}; see {log}")
+    with open(log, "a") as f:
+        done = subprocess.run(command, env=python_child_env(OMP_NUM_THREADS="1"), stdout=f, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        raise SystemExit(f"failed ({done.returncode}): {' '.join(command)}; see {log}")
 
 
 def train(recipe: Path, run_dir: Path, stage: str, overrides: list[str]) -> dict:

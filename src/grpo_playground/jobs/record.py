@@ -2,8 +2,7 @@
 and the one way to start one, read its state and stop it (what differs by kind: grpo_playground.jobs.kinds).
 
 A record is a JSON file (written atomically, by the supervisor once it runs):
-    {"kind": train|eval|export|scale-out|compare, "steps": [{"label", "argv", "timeout_s", "state", "reason", "warm"
-     (once started: true when forked from the warm launcher, jobs.warm_start)}],
+    {"kind": train|eval|export|scale-out|compare, "steps": [{"label", "argv", "timeout_s", "state", "reason"}],
      "log": path, "slot": path of the training slot's lock or null, "result": path of the job's result file or null,
      "traceback": path of the file a failing step writes why (contracts.process.TRACEBACK_ENV) or null,
      "grace_s": seconds a stopped step may take to exit before its group is killed, "pid" and "start_ticks" (the
@@ -36,7 +35,6 @@ from grpo_playground.contracts.process import (
 )
 from grpo_playground.contracts.layout import COMPARISON_JOB, COMPARISONS_DIR, JOB_FILE
 from grpo_playground.contracts.states import ACTIVE_STATES, JobState, StepState
-from grpo_playground.jobs import warm_start
 
 START_TIMEOUT_S = 20.0  # the supervisor writes its pid within this (a Python start and two small imports)
 GRACE_S = 10.0  # a stopped or timed-out step's time to exit on SIGTERM before its group is killed
@@ -68,21 +66,15 @@ def start_job(path: Path, kind: str, steps: list[dict], log: BinaryIO, env: dict
                         "result": str(result) if result else None, "traceback": str(traceback) if traceback else None,
                         "grace_s": grace_s, "pid": None, "start_ticks": None,
                         "state": JobState.CREATED, "reason": "", "started": time.time(), "meta": meta or {}})
-    # its own session (so its pid is the group Stop signals), output to the log file: never a pipe; forked by the
-    # warm launcher where there is one (jobs.warm_start), else a fresh interpreter
-    pid = warm_start.fork_supervisor(path, steps, log.fileno(), env)
-    if pid is None:
-        proc = subprocess.Popen([sys.executable, "-m", "grpo_playground.jobs.supervisor", str(path)], cwd=CHECKOUT,
-                                env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        threading.Thread(target=proc.wait, daemon=True).start()  # collect its exit status: no zombie
-        pid, ended = proc.pid, lambda: proc.returncode is not None  # set by the thread that waits for it
-    else:
-        ended = lambda: not is_alive(pid)  # noqa: E731  (the launcher's child: the kernel reaps it)
+    # its own session (so its pid is the group Stop signals), output to the log file: never a pipe
+    proc = subprocess.Popen([sys.executable, "-m", "grpo_playground.jobs.supervisor", str(path)], cwd=CHECKOUT,
+                            env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    threading.Thread(target=proc.wait, daemon=True).start()  # collect its exit status: no zombie
     deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline and not ended():
+    while time.monotonic() < deadline and proc.returncode is None:  # set by the thread that waits for it
         record = read_record(path)
-        if record.get("pid") == pid:
+        if record.get("pid") == proc.pid:
             return record
         time.sleep(0.05)
     raise RuntimeError(f"the {kind} job's supervisor did not start: {log_tail(log_path, 2000)}")

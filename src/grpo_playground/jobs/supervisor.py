@@ -33,7 +33,7 @@ from pathlib import Path
 
 from grpo_playground.contracts.process import TRACEBACK_ENV, kill_group, last_error, process_start_ticks
 from grpo_playground.contracts.states import JobState, StepState
-from grpo_playground.jobs import run_status, warm_start
+from grpo_playground.jobs import run_status
 from grpo_playground.jobs.crash import oom_kill_count
 from grpo_playground.jobs.record import GRACE_S, read_record, slot_queue, write_record
 
@@ -69,18 +69,15 @@ def _take_slot(path: Path, lock: Path) -> int | None:
 
 
 def _run_step(step: dict, lock_fd: int | None, grace_s: float, traceback: str | None,
-              on_start) -> tuple[str, str, int]:
+              on_start=None) -> tuple[str, str, int]:
     """Run one step to its end: (its state, a reason when it did not finish cleanly, its exit code)."""
     env = {**os.environ, TRACEBACK_ENV: traceback} if traceback else None
     if traceback:
         Path(traceback).unlink(missing_ok=True)  # the step before's: each step's reason is its own
-    # a fork of this process where it is warm (jobs.warm_start: the slot's fd stays open in the fork), else Popen
-    child = warm_start.start_step(step["argv"], env) or subprocess.Popen(
-        step["argv"], stdin=subprocess.DEVNULL, env=env, pass_fds=() if lock_fd is None else (lock_fd,))
-    step["warm"] = isinstance(child, warm_start.ForkedStep)
-    if step["warm"]:
-        _say(f"{step['label']}: forked from the warm launcher (its imports done)")
-    on_start(child.pid)
+    child = subprocess.Popen(step["argv"], stdin=subprocess.DEVNULL, env=env,
+                             pass_fds=() if lock_fd is None else (lock_fd,))
+    if on_start:
+        on_start(child.pid)
     limit = step.get("timeout_s")
     started, terminated_at, killed = time.monotonic(), None, False
     while child.poll() is None:
@@ -127,12 +124,7 @@ def supervise(path: Path) -> int:
             _say("got the training slot")
     run_end = run_status.STOPPED_WHILE_QUEUED if record.get("slot") and lock_fd is None else {}
     oom_kills_before = oom_kill_count()
-
-    def on_start(pid: int) -> None:
-        write_record(path, record)  # the step's "warm", while it runs
-        if run_dir:
-            run_status.started(run_dir, pid)
-
+    on_start = (lambda pid: run_status.started(run_dir, pid)) if run_dir else None
     for step in record["steps"]:
         if _stop:
             step["state"] = StepState.STOPPED
