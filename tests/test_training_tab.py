@@ -155,6 +155,22 @@ def test_a_tick_sends_only_what_changed(tmp_path, monkeypatch):
     assert chart_points(grown.charts[0]) == [-2.0, -1.0]
 
 
+def test_a_stale_run_message_is_cleared_by_one_tick_and_a_later_message_stays(tmp_path, monkeypatch):
+    """A message marked for a state the run has left is cleared with its mark; ticks after that (and one sent
+    before a button's answer came, without the mark) leave the next message alone."""
+    from grpo_playground.ui.training_run_view import poll
+
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))
+    run = tmp_path / "20990101-000000-t-0002"
+    run.mkdir()
+    (run / "status.json").write_text(json.dumps({"state": "finished", "stage": "grpo", "step": 2, "max_steps": 4}))
+    stale = poll(run.name, None, None, "reward", [run.name, "running"])
+    assert stale.message == "" and stale.message_for is None
+    for mark in (None, [run.name, "finished"]):  # cleared already; a message written for the present state
+        tick = poll(run.name, stale.view, None, "reward", mark)
+        assert tick.message == {"__type__": "update"} and tick.message_for == {"__type__": "update"}, mark
+
+
 def chart_points(update: dict) -> list[float]:
     """The y values of the first series a chart update draws (its Vega-Lite spec's data)."""
     spec = json.loads(update["value"].plot)

@@ -168,6 +168,7 @@ class Tick:
     scale_out_status: object = field(default_factory=gr.skip)
     scale_out_file: object = field(default_factory=gr.skip)
     message: object = field(default_factory=gr.skip)
+    message_for: object = field(default_factory=gr.skip)
     stop: object = field(default_factory=gr.skip)
     resume: object = field(default_factory=gr.skip)
     summary: object = field(default_factory=gr.skip)
@@ -185,7 +186,8 @@ def tick_updates(tick: Tick, run: RunViewPart, history: HistoryPart) -> dict:
             run.export_files: tick.export_files, run.export_chat: tick.export_chat,
             run.export_stage: tick.export_stage, run.export: tick.export,
             run.samples.to_sandbox: tick.to_sandbox, run.scale_out_status: tick.scale_out_status,
-            run.scale_out_file: tick.scale_out_file, run.message: tick.message, run.stop: tick.stop,
+            run.scale_out_file: tick.scale_out_file, run.message: tick.message, run.message_for: tick.message_for,
+            run.stop: tick.stop,
             run.resume: tick.resume, run.summary: tick.summary, run.next_steps: tick.next_steps}
 
 
@@ -269,7 +271,9 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
     _export_panel(tick, info)
     _scale_out_panel(tick, info)
     if message_for and (message_for[0] != run_id or message_for[1] != info.state):
-        tick.message = ""  # stale: that run's state has moved on
+        # stale: that run's state has moved on. Its mark goes too, so that only this tick clears: ticks sent with a
+        # stale mark kept clearing, and one answered after a Stop wiped "Stop requested" as it arrived
+        tick.message, tick.message_for = "", None
     return tick
 
 
