@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_job_record import wait_for
 
 from grpo_playground.rewards.grading import grade_completion, summarize
 from grpo_playground.tags import Tags
@@ -170,9 +171,7 @@ def test_eval_panel_runs_a_background_job_and_compares(tiny, adapter_run, monkey
         "generator:test", None)[0]
     with pytest.raises(Exception, match="already running"):
         run_evals(["tiny"], "generator:test", 4, 4, 24, token="")
-    deadline = time.monotonic() + 400
-    while eval_job_state()["state"] == "running" and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_for(lambda: eval_job_state()["state"] != "running", 400)
     status, log, table, chart, verdict, choices, shown = refresh("generator:test", None)
     assert "tiny: done" in status and f"{adapter_run.name}/sft: done" in status, log
     assert sorted(table["checkpoint"]) == sorted(["tiny", f"{adapter_run.name}/sft"])
@@ -206,24 +205,17 @@ def test_a_stopped_evaluation_job_ends_its_whole_chain(tiny, tmp_path, monkeypat
 
     start_eval_job(["tiny", "tiny"], "generator:test", 2000, 4, 256)
     pid = read_json(tmp_path / "evals" / "eval_job.json")["pid"]
-    deadline = time.monotonic() + 30  # the supervisor marks its first step running just after it writes its pid
-    while eval_job_state()["items"][0]["state"] == "pending" and time.monotonic() < deadline:
-        time.sleep(0.1)
+    # the supervisor marks its first step running just after it writes its pid
+    wait_for(lambda: eval_job_state()["items"][0]["state"] != "pending", 30)
     assert [i["state"] for i in eval_job_state()["items"]] == ["running", "pending"]
-    deadline = time.monotonic() + 60
-    while not evaluating() and time.monotonic() < deadline:  # the supervisor's child, the evaluation itself
-        time.sleep(0.2)
+    wait_for(evaluating, 60)  # the supervisor's child, the evaluation itself
     assert evaluating(), "the first checkpoint's evaluation never started"
     assert stop_eval_job().startswith(f"Stopped the evaluation (pid {pid})")
-    deadline = time.monotonic() + 30
-    while eval_job_state()["state"] == "running" and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_for(lambda: eval_job_state()["state"] != "running", 30)
     state = eval_job_state()
     assert state["state"] == "stopped" and [i["state"] for i in state["items"]] == ["stopped", "stopped"]
     assert stop_eval_job() == "No evaluation is running."
-    deadline = time.monotonic() + 30
-    while evaluating() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_for(lambda: not evaluating(), 30)
     assert not evaluating(), f"left running after Stop: {evaluating()}"
 
 
@@ -338,9 +330,7 @@ def test_a_vllm_evaluation_job_runs_every_checkpoint_in_one_process(tiny, tmp_pa
     from grpo_playground.jobs.evals import eval_job_state, start_eval_job
 
     start_eval_job(["tiny", "smollm2-135m"], "generator:test", 5, 8, 32, backend="vllm")
-    deadline = time.monotonic() + 120
-    while eval_job_state()["state"] == "running" and time.monotonic() < deadline:
-        time.sleep(0.3)
+    wait_for(lambda: eval_job_state()["state"] != "running", 120)
     state = eval_job_state()
     assert [i["state"] for i in state["items"]] == ["failed", "failed"], state
     log = (tmp_path / "evals" / "eval.log").read_text()
