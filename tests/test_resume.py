@@ -181,6 +181,28 @@ def test_a_stage_started_from_an_adapter_folder_starts_from_its_weights(sft_run,
 
 
 @pytest.mark.slow
+def test_a_base_whose_vocabulary_was_padded_at_load_still_continues_its_adapter(sft_run):
+    """When the loaded base's vocabulary size differs from its config.json's (Unsloth's fast_inference load for
+    GRPO), PEFT's state dict adds the whole embedding and head: frozen base weights the SFT adapter never saved.
+    Counted as missing, they failed the GRPO stage of an Unsloth run of qwen3-1.7b from its own SFT adapter (H100,
+    2026-12-07). Only tensors the adapter holds are compared; a trained tensor that differs still fails."""
+    import torch
+
+    from grpo_playground.training.backend import load_policy
+    from grpo_playground.training.resume import adapter_differences
+
+    start = sft_run / "sft"
+    cfg = apply_overrides(load_recipe(RECIPE), [*SMALL, f"model.name_or_path={start}"])
+    model = load_policy(cfg, "grpo").model
+    model.resize_token_embeddings(model.config.vocab_size + 64)
+    assert adapter_differences(model, start) == []
+    with torch.no_grad():
+        next(p for name, p in model.named_parameters() if "lora_B" in name).add_(1.0)
+    assert [p for p in adapter_differences(model, start) if p.endswith("lora_B.weight differs")], \
+        "a LoRA tensor unlike the adapter's must still count"
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["deltas", "lora"])
 def test_the_first_rollout_after_a_resume_syncs_the_checkpoints_policy_into_vllm(stopped_grpo, monkeypatch, mode):
     """Colocated vLLM cannot run here: at the resumed run's first rollout (where TRL 1.14.2 syncs, its last synced
