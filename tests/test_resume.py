@@ -181,6 +181,24 @@ def test_a_stage_started_from_an_adapter_folder_starts_from_its_weights(sft_run,
 
 
 @pytest.mark.slow
+def test_a_stage_from_an_adapter_keeps_the_bases_padded_embedding_rows(sft_run, tmp_path):
+    """Qwen3 pads its embedding past its vocabulary (151,936 rows, 151,669 tokens). The GRPO stage, loading its
+    SFT adapter, cut the rows to the tokenizer's length; vLLM, loading the base as saved, then sampled an id past
+    the cut and the policy's forward failed ('device-side assert', H100, qwen3-1.7b through the app, 2026-12-07)."""
+    from grpo_playground.models import load_model_and_tokenizer
+    from grpo_playground.training.backend import load_policy
+
+    model, tokenizer = load_model_and_tokenizer("tiny")
+    padded = len(tokenizer) + 64
+    model.resize_token_embeddings(padded)
+    model.save_pretrained(tmp_path / "padded")
+    tokenizer.save_pretrained(tmp_path / "padded")
+    cfg = apply_overrides(load_recipe(RECIPE), [*SMALL, f"model.name_or_path={tmp_path / 'padded'}"])
+    policy = load_policy(cfg, "grpo", sft_run / "sft")
+    assert policy.model.get_input_embeddings().weight.shape[0] == padded
+
+
+@pytest.mark.slow
 def test_a_base_whose_vocabulary_was_padded_at_load_still_continues_its_adapter(sft_run):
     """When the loaded base's vocabulary size differs from its config.json's (Unsloth's fast_inference load for
     GRPO), PEFT's state dict adds the whole embedding and head: frozen base weights the SFT adapter never saved.

@@ -74,6 +74,14 @@ class RegisteredTags:
         return {"trainable_token_indices": {name: list(self.new_ids) for name in self.embedding_modules}}
 
 
+def fit_embeddings(model, tokenizer) -> None:
+    """Grow the embedding matrix to the tokenizer's length, never shrink it: Qwen3 pads its matrix past the
+    vocabulary (151,936 rows for 151,669 tokens), new tag ids may already have (untrained) rows, and vLLM, which
+    loads the base as saved, samples ids from every row (shrunk, the policy's forward indexed past its end)."""
+    if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
+        model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+
+
 def register_tags(model, tokenizer, tags: Tags = DEFAULT_TAGS) -> RegisteredTags:
     """Add each multi-token tag to `tokenizer` as one ordinary added token, resize `model`'s embeddings, and start
     each new row at the mean of the rows of the pieces it replaces (a start the model already understands)."""
@@ -94,9 +102,7 @@ def register_tags(model, tokenizer, tags: Tags = DEFAULT_TAGS) -> RegisteredTags
     to_add = [tag for tag, t in before.items() if t.n_tokens != 1]
     if to_add:
         tokenizer.add_tokens([AddedToken(tag, special=False, normalized=False) for tag in to_add])
-        # Qwen3 pads its embedding matrix past the vocabulary: new ids may already have (untrained) rows.
-        if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
-            model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+        fit_embeddings(model, tokenizer)
         with torch.no_grad():
             matrices = [model.get_input_embeddings().weight]
             if not tied:

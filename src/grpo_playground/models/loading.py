@@ -158,10 +158,11 @@ def load_model_and_tokenizer(
     if spec.source == "adapter":
         from peft import PeftModel
 
+        from grpo_playground.data.tag_tokens import fit_embeddings
+
         # Training may have added the format tags to the tokenizer and grown the embeddings to match
         # (data.tag_tokens): the base needs as many rows before the adapter's weights fit.
-        if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
-            model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+        fit_embeddings(model, tokenizer)
         model = PeftModel.from_pretrained(model, spec.location, is_trainable=trainable)
     if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
         raise ValueError(

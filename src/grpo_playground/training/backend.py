@@ -198,6 +198,7 @@ def _load_trl(cfg: RunConfig, base, start_adapter: Path | None) -> Policy:
     from peft import PeftModel, get_peft_model
     from transformers import set_seed
 
+    from grpo_playground.data.tag_tokens import fit_embeddings
     from grpo_playground.models import load_model_and_tokenizer
 
     device = "cuda" if cuda_available() else "cpu"
@@ -208,8 +209,7 @@ def _load_trl(cfg: RunConfig, base, start_adapter: Path | None) -> Policy:
         # The adapter folder's tokenizer holds any tags the previous stage registered.
         if (start_adapter / "tokenizer_config.json").is_file():
             tokenizer = _tokenizer_from(start_adapter)
-        if len(tokenizer) != model.get_input_embeddings().weight.shape[0]:
-            model.resize_token_embeddings(len(tokenizer))
+        fit_embeddings(model, tokenizer)
         model = PeftModel.from_pretrained(model, str(start_adapter), is_trainable=True)
         notes.append(f"continuing from the adapter in {start_adapter}")
     else:
@@ -233,6 +233,7 @@ def _load_unsloth(cfg: RunConfig, stage: str, base, start_adapter: Path | None) 
     """Unsloth's FastLanguageModel (CUDA only; proven on the GPU machine, not runnable here)."""
     from unsloth import FastLanguageModel  # imported first by the job on this path, so its patches apply
 
+    from grpo_playground.data.tag_tokens import fit_embeddings
     from grpo_playground.models import hf_dir
     from grpo_playground.vllm_memory import read_config
 
@@ -256,8 +257,7 @@ def _load_unsloth(cfg: RunConfig, stage: str, base, start_adapter: Path | None) 
              else "unsloth without vLLM"]
     if start_adapter is not None and (start_adapter / "tokenizer_config.json").is_file():
         tokenizer = _tokenizer_from(start_adapter)
-        if len(tokenizer) != model.get_input_embeddings().weight.shape[0]:
-            model.resize_token_embeddings(len(tokenizer))
+        fit_embeddings(model, tokenizer)
     elif start_adapter is None:
         extra, note = register_tags(model, tokenizer, cfg)
         notes += [note] if note else []
