@@ -29,13 +29,24 @@ STYLE = """<style>
 .doctor-warning { border-left-color: #d97706; } .doctor-warning .doctor-severity { background: #b45309; }
 .doctor-knob { font-weight: 600; }
 </style>"""
+# Gradio 6.31's Altair plot sizes a chart to its box when it draws it, and drops a resize of the box that comes before
+# vega-embed has finished: a chart shown the moment its first points arrive could be drawn 0 px wide and stay blank
+# until the window was resized. Such a chart is redrawn: its box resized by a pixel and back (the plot's own observer).
+REDRAW_ZERO_WIDTH_CHARTS = """setInterval(() => {
+  for (const box of document.querySelectorAll('div.altair')) {
+    if (box.querySelector('svg.marks')?.getAttribute('width') === '0' && box.offsetWidth > 1) {
+      box.style.width = `${box.offsetWidth - 1}px`;
+      requestAnimationFrame(() => requestAnimationFrame(() => { box.style.width = ''; }));
+    }
+  }
+}, 500);"""
 
 
 def build_demo() -> gr.Blocks:
     with gr.Blocks(title=TITLE, delete_cache=DELETE_CACHE) as demo:
         create_skip_link()
         gr.Markdown(f"# {TITLE}\nSFT teaches the format, GRPO teaches correctness: see why a reward moves or stays flat.")
-        gr.HTML("", head=STYLE, padding=False)
+        gr.HTML("", head=STYLE, padding=False, js_on_load=REDRAW_ZERO_WIDTH_CHARTS)
         with gr.Tabs() as tabs:
             with gr.Tab("Training", id="training"):
                 training = training_tab.create_training_tab()
