@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One install for every place the product runs: a laptop, CI (.ci/run) and the Docker image.
 #   bash scripts/install.sh            # app dependencies into .venv (CPU set)
-#   bash scripts/install.sh --test     # + test tools and Debian chromium for the browser tests
+#   bash scripts/install.sh --test     # + test tools and Debian chromium(-headless-shell) for the browser tests
 #   bash scripts/install.sh --gpu      # requirements-gpu.txt instead (the H200 set: CUDA 13.0 torch, vLLM, Unsloth), as in the Dockerfile
 # LLAMA_CPP_WHEEL_DIR=DIR installs a prebuilt llama-cpp-python wheel from DIR (the Docker image builds a CUDA one).
 # Re-running is cheap: pinned packages already present are skipped by pip.
@@ -38,9 +38,13 @@ fi
 if [ $want_test = 1 ]; then
   "$PY" -m pip install -q -r requirements-test.txt
   "$PY" -m pip install -q --no-deps -r requirements-scale-out.txt
-  if ! command -v chromium >/dev/null; then
+  # chromium-headless-shell drives the browser tests with a third less CPU than chromium (tests/browser/conftest.py);
+  # chromium stays the fallback where the shell cannot be installed
+  if ! command -v chromium-headless-shell >/dev/null || ! command -v chromium >/dev/null; then
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-    $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null
+    if ! { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium-headless-shell chromium >/dev/null; }; then
+      command -v chromium >/dev/null || $SUDO apt-get install -y -qq chromium >/dev/null
+    fi
   fi
 fi
 echo "install done: $("$PY" --version), venv $VENV"
