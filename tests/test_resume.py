@@ -200,10 +200,10 @@ def test_a_stage_from_an_adapter_keeps_the_bases_padded_embedding_rows(sft_run, 
 
 @pytest.mark.slow
 def test_a_base_whose_vocabulary_was_padded_at_load_still_continues_its_adapter(sft_run):
-    """When the loaded base's vocabulary size differs from its config.json's (Unsloth's fast_inference load for
-    GRPO), PEFT's state dict adds the whole embedding and head: frozen base weights the SFT adapter never saved.
-    Counted as missing, they failed the GRPO stage of an Unsloth run of qwen3-1.7b from its own SFT adapter (H100,
-    2026-12-07). Only tensors the adapter holds are compared; a trained tensor that differs still fails."""
+    """When the loaded base's vocabulary size differs from its config.json's (on the H100, 2026-12-07: the GRPO stage
+    cut Qwen3's padded embedding, the test above), PEFT's state dict adds the whole embedding and head: frozen base
+    weights the SFT adapter never saved. Counted as missing, they failed the GRPO stage of qwen3-1.7b from its own
+    SFT adapter. Only tensors the adapter holds are compared; a trained tensor that differs still fails."""
     import torch
 
     from grpo_playground.training.backend import load_policy

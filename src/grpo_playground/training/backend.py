@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_playground.config import RunConfig
+from grpo_playground.data import tag_tokens
 from grpo_playground.gpu_share import engine_start
 
 
@@ -125,9 +126,7 @@ def register_tags(model, tokenizer, cfg: RunConfig) -> tuple[dict, str]:
         return {}, ""
     if vllm_rollouts(cfg):
         return {}, VLLM_TAGS_NOTE
-    from grpo_playground.data.tag_tokens import register_tags as register
-
-    registered = register(model, tokenizer, cfg.rewards.tags)
+    registered = tag_tokens.register_tags(model, tokenizer, cfg.rewards.tags)
     if not registered.new_ids:
         return {}, "format tags are already single tokens"
     return registered.peft_kwargs(), f"registered the format tags as added tokens {registered.new_ids} (rows trained)"
@@ -198,7 +197,6 @@ def _load_trl(cfg: RunConfig, base, start_adapter: Path | None) -> Policy:
     from peft import PeftModel, get_peft_model
     from transformers import set_seed
 
-    from grpo_playground.data.tag_tokens import fit_embeddings
     from grpo_playground.models import load_model_and_tokenizer
 
     device = "cuda" if cuda_available() else "cpu"
@@ -209,7 +207,7 @@ def _load_trl(cfg: RunConfig, base, start_adapter: Path | None) -> Policy:
         # The adapter folder's tokenizer holds any tags the previous stage registered.
         if (start_adapter / "tokenizer_config.json").is_file():
             tokenizer = _tokenizer_from(start_adapter)
-        fit_embeddings(model, tokenizer)
+        tag_tokens.fit_embeddings(model, tokenizer)
         model = PeftModel.from_pretrained(model, str(start_adapter), is_trainable=True)
         notes.append(f"continuing from the adapter in {start_adapter}")
     else:
@@ -233,7 +231,6 @@ def _load_unsloth(cfg: RunConfig, stage: str, base, start_adapter: Path | None) 
     """Unsloth's FastLanguageModel (CUDA only; proven on the GPU machine, not runnable here)."""
     from unsloth import FastLanguageModel  # imported first by the job on this path, so its patches apply
 
-    from grpo_playground.data.tag_tokens import fit_embeddings
     from grpo_playground.models import hf_dir
     from grpo_playground.vllm_memory import read_config
 
@@ -257,7 +254,7 @@ def _load_unsloth(cfg: RunConfig, stage: str, base, start_adapter: Path | None) 
              else "unsloth without vLLM"]
     if start_adapter is not None and (start_adapter / "tokenizer_config.json").is_file():
         tokenizer = _tokenizer_from(start_adapter)
-        fit_embeddings(model, tokenizer)
+        tag_tokens.fit_embeddings(model, tokenizer)
     elif start_adapter is None:
         extra, note = register_tags(model, tokenizer, cfg)
         notes += [note] if note else []

@@ -85,10 +85,9 @@ def adapter_differences(model, checkpoint: Path) -> list[str]:
         return [f"no {ADAPTER_FILE} in {checkpoint}"]
     saved, current = load_file(str(path)), get_peft_model_state_dict(model, adapter_name=ADAPTER)
     # PEFT's "auto" adds the whole embedding and head when the model's vocabulary size differs from its base's
-    # config.json (registered tags; a load that changed the vocabulary): they count where the adapter saved them
+    # config.json (registered tags; a resized base): they count where the adapter saved them
     lean = get_peft_model_state_dict(model, adapter_name=ADAPTER, save_embedding_layers=False)
-    whole_layers = current.keys() - lean.keys()
-    current = {key: value for key, value in current.items() if key in saved or key not in whole_layers}
+    current = {key: value for key, value in current.items() if key in saved or key in lean}
     problems = [f"{key} missing from the checkpoint" for key in sorted(current.keys() - saved.keys())]
     problems += [f"{key} unknown to the model" for key in sorted(saved.keys() - current.keys())]
     for key in sorted(saved.keys() & current.keys()):
