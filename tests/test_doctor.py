@@ -12,6 +12,8 @@ import pytest
 
 from grpo_playground.doctor import Thresholds, diagnose, diagnose_crash
 
+ROOT = Path(__file__).resolve().parents[1]
+
 FIXTURES = Path(__file__).parent / "fixtures" / "metrics"
 
 
@@ -161,7 +163,7 @@ def test_thresholds_are_configurable():
 
 @pytest.mark.parametrize("text, rule", [
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "oom"),
-    ("RuntimeError: CUDA error: device-side assert triggered", "nan"),
+    ("RuntimeError: CUDA error: device-side assert triggered", "device_assert"),
     ("RuntimeError: probability tensor contains either `inf`, `nan` or element < 0", "nan"),
     ("NaNError: loss became NaN at grpo step 12", "nan"),
     ("ValueError: something else entirely", None),
@@ -171,6 +173,49 @@ def test_crash_texts(text, rule):
     assert (finding.rule if finding else None) == rule
     if finding:
         assert finding.knob
+
+
+# The innermost frames of the two device-side asserts the GPU logs hold (results/gpu/h200_trl_nan/r1.log: NaN logits
+# in HF sampling; results/gpu/h100_recipes35_lease5/space_e2e_try2: Qwen3's padded embedding cut, an id past it).
+SAMPLING_FRAMES = """  File "transformers/generation/utils.py", line 3083, in _sample
+    this_peer_finished = stop_check(unfinished_sequences, next_tokens, input_ids.shape[1])
+  File "transformers/generation/utils.py", line 383, in __call__
+    return bool(unfinished_sequences.max() == 0)
+"""
+EMBEDDING_FRAMES = """  File "torch/nn/modules/sparse.py", line 189, in forward
+    return F.embedding(
+  File "torch/nn/functional.py", line 2567, in embedding
+    return torch.embedding(weight, input, padding_idx, scale_grad_by_freq, sparse)
+"""
+
+
+@pytest.mark.parametrize("frames, rule", [(SAMPLING_FRAMES, "nan"), (EMBEDDING_FRAMES, "token_id"), ("", "device_assert")])
+def test_a_device_side_assert_is_named_by_where_it_happened(frames, rule):
+    finding = diagnose_crash("AcceleratorError: CUDA error: device-side assert triggered", 3, "grpo", frames=frames)
+    assert finding.rule == rule
+    assert ("learning rate" in finding.message) == (rule == "nan")  # no blame on the learning rate for a bad id
+
+
+def test_a_crashed_job_names_an_embedding_assert_from_its_own_traceback(tmp_path, monkeypatch):
+    """What the user reads in the run's status: the job's handler reads the exception's frames, and an assert raised
+    inside an embedding lookup is not blamed on the learning rate."""
+    import torch
+
+    from grpo_playground.config import load_recipe
+    from grpo_playground.training import job
+
+    def device_assert(*args, **kwargs):  # what torch.embedding raises on a GPU for an id past the rows
+        raise torch.AcceleratorError("CUDA error: device-side assert triggered")
+
+    def stage(*args, **kwargs):
+        return torch.nn.Embedding(4, 2)(torch.tensor([9]))
+
+    monkeypatch.setattr(torch, "embedding", device_assert)
+    monkeypatch.setattr(job, "_run_stage", stage)
+    monkeypatch.setattr(job, "_prepare_process", lambda cfg: None)  # it sets this process's torch threads
+    assert job.run_job(load_recipe(ROOT / "recipes" / "tiny-cpu.yaml"), tmp_path / "run", stage="sft") == "failed"
+    reason = json.loads((tmp_path / "run" / "status.json").read_text())["reason"]
+    assert reason.startswith("a token id past the model's embedding rows") and "learning rate" not in reason, reason
 
 
 def test_doctor_does_not_import_torch():

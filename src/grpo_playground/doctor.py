@@ -4,7 +4,8 @@ Pure Python, no torch: the UI, the job supervisor and the training callbacks imp
 because the app process never imports that package). Each rule is a row of the collapse table in docs/doctor.md
 turned into a test over a sliding window of logged rows; thresholds live in `Thresholds`, documented there too. `diagnose(metrics)` replays the stream and reports each
 rule once per stage, at the first logged step where it fires. `diagnose_crash(text)` turns a crash's
-error text (OOM, NaN logits / device-side assert) into the same kind of finding.
+error text (OOM, NaN logits, a token id past the embedding, another device-side assert) into the same kind of
+finding.
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ KNOBS = {
     "reward_hacking": "make no-match score below any wrong answer (e.g. the -3.0 check_answer variant) or enable "
                       "match_format_exactly; set grpo.mask_truncated_completions",
     "nan": "divide the learning rate by 10; clip or shrink the reward weights",
+    "token_id": "make the model's embedding at least as long as the tokenizer (len(tokenizer) <= embedding rows; "
+                "data.register_tags grows it for the tags); with vLLM, load the base it was trained on",
+    "device_assert": "rerun with CUDA_LAUNCH_BLOCKING=1 to see the kernel that failed; if the loss or grad_norm "
+                     "rose before the crash, divide the learning rate by 10",
     "oom": "lower grpo.num_generations, grpo.max_completion_length or per_device_train_batch_size; lower "
            "model.gpu_memory_utilization when vLLM shares the GPU; use model.load_in_4bit",
     "sft_loss_stuck": "check the SFT data: print one rendered example (prompt + completion) and its tokens; a loss "
@@ -263,15 +268,29 @@ def critical_finding(rows: list[dict], steps: int, stage: str = "grpo") -> Findi
     return None
 
 
-def diagnose_crash(error_text: str, step: int = 0, stage: str = "grpo") -> Finding | None:
-    """A crash's error text -> a finding (None when it is not a known collapse)."""
-    text = error_text.lower()
+def diagnose_crash(error_text: str, step: int = 0, stage: str = "grpo", frames: str = "") -> Finding | None:
+    """A crash's error text -> a finding (None when it is not a known collapse). `frames`: the innermost frames of
+    its traceback, which tell a CUDA device-side assert in sampling (NaN logits) from one in an embedding lookup (a
+    token id past the rows, as when Qwen3's padded embedding was cut: issue 35): the error text is the same."""
+    text, where = error_text.lower(), frames.lower()
     if "out of memory" in text or "outofmemoryerror" in text or "cannot allocate memory" in text:
         return Finding("error", "out of memory: the group or the context is too large for the device", "oom",
                        KNOBS["oom"], step, stage)
-    if "device-side assert" in text or "probability tensor contains" in text or "nan" in _words(text):
-        return Finding("error", "NaN logits (on a GPU: 'device-side assert triggered' in sampling): the learning "
-                       "rate is too high and the weights blew up", "nan", KNOBS["nan"], step, stage)
+    nan_text = "probability tensor contains" in text or "nan" in _words(text)
+    if "device-side assert" in text and not nan_text:
+        if any(cue in where for cue in ("probability tensor contains", "multinomial", "_sample", "sampler")):
+            return Finding("error", "NaN logits ('device-side assert triggered' in sampling): the learning rate is "
+                           "too high and the weights blew up", "nan", KNOBS["nan"], step, stage)
+        if "embedding" in where or "index_select" in where or "srcindex" in where:
+            return Finding("error", "a token id past the model's embedding rows ('device-side assert triggered' in "
+                           "an embedding lookup): the tokenizer or the sampler has ids the model has no row for",
+                           "token_id", KNOBS["token_id"], step, stage)
+        return Finding("error", "a CUDA kernel's own check failed ('device-side assert triggered'): most often NaN "
+                       "logits in sampling, else a token id past the embedding", "device_assert",
+                       KNOBS["device_assert"], step, stage)
+    if nan_text:
+        return Finding("error", "NaN logits or loss: the learning rate is too high and the weights blew up", "nan",
+                       KNOBS["nan"], step, stage)
     return None
 
 

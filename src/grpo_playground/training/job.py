@@ -82,7 +82,8 @@ def run_job(cfg: RunConfig, run_dir: str | Path, stage: str = "all", resume: boo
     except BaseException as exc:  # includes KeyboardInterrupt: the status must never stay "running"
         traceback.print_exc()
         step = folder.read_status().get("step", 0) or 0
-        finding = diagnose_crash(f"{type(exc).__name__}: {exc}", step, current)
+        finding = diagnose_crash(f"{type(exc).__name__}: {exc}", step, current,
+                                 frames="".join(traceback.format_tb(exc.__traceback__)[-3:]))
         reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
         if finding:
             folder.append(DOCTOR_FILE, finding.to_dict())
