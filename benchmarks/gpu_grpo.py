@@ -104,6 +104,7 @@ class RunSpec:
     budget_gib: float | None = None  # hardware.gpu_memory_gib: the job plans, caps and refuses within it (None: the
     # shipped recipe's own, or none)
     stage: str = "grpo"  # or "sft": the recipe's SFT stage on rows as long as its max_length (SFT_ROWS)
+    micro_batch: int | None = None  # rows per forward + backward (the rest accumulated); None: the whole batch at once
 
     @property
     def label(self) -> str:
@@ -111,8 +112,9 @@ class RunSpec:
         budget = f"_b{self.budget_gib:g}" if self.budget_gib is not None else ""
         base = f"_{Path(self.recipe).stem}" if self.recipe else ""
         stage = "_sft" if self.stage == "sft" else ""
+        micro = f"_mb{self.micro_batch}" if self.micro_batch else ""
         return (f"{Path(self.model).name}{base}{stage}_{self.mode}_L{self.completion}_p{self.prompts}"
-                f"_g{self.num_gpus}{share}{budget}")
+                f"_g{self.num_gpus}{share}{budget}{micro}")
 
 
 # ---------------------------------------------------------------------------------------------- models
@@ -218,6 +220,9 @@ def write_recipe(spec: RunSpec, location: str, path: Path) -> Path:
     g.max_steps, g.learning_rate, g.beta, g.temperature = spec.steps, 1e-6, 0.04, 0.9
     g.num_generations, g.loss_type, g.max_completion_length = spec.generations, "dr_grpo", spec.completion
     g.per_device_train_batch_size = spec.prompts * spec.generations // spec.num_gpus
+    if spec.micro_batch:
+        g.gradient_accumulation_steps = g.per_device_train_batch_size // spec.micro_batch
+        g.per_device_train_batch_size = spec.micro_batch
     g.logging_steps, g.save_steps, g.preflight_prompts, g.use_vllm = 1, 100000, 1, mode.use_vllm
     g.on_preflight_error = "continue"  # a speed benchmark times its steps even when the untrained model is out of format
     cfg.tracking.swanlab = "disabled"
@@ -514,10 +519,13 @@ def suite(name: str) -> list[list[RunSpec]]:
                  RunSpec("qwen3-8b-shape", "trl-vllm", 1024, prompts=1, steps=WARMUP_STEPS + 8, recipe=SEED_RECIPE,
                          budget_gib=22)]]
     if name == "groups":  # issue 35's sixth lease: one vLLM request per group (n = G) against TRL's one per completion,
-        # on the same card in one run; then the 1.7B budget row with it
+        # on the same card in one run; then the 1.7B budget row with it, and the plan's micro-batch (4 x 16) without
+        # the budget's PyTorch cap: whether its 8.7 s of forward + backward (3.0 s at 16 x 4) is the micro-batch or the cap
         return [[RunSpec("smollm2-135m", "trl-vllm-deltas", 128, prompts=8, steps=WARMUP_STEPS + 21),
                  RunSpec("smollm2-135m", "trl-vllm-deltas-rows", 128, prompts=8, steps=WARMUP_STEPS + 21),
-                 RunSpec("qwen3-1.7b-shape", "trl-vllm-deltas", 512, prompts=8, steps=WARMUP_STEPS + 10, budget_gib=22)]]
+                 RunSpec("qwen3-1.7b-shape", "trl-vllm-deltas", 512, prompts=8, steps=WARMUP_STEPS + 10, budget_gib=22),
+                 RunSpec("qwen3-1.7b-shape", "trl-vllm-deltas", 512, prompts=8, steps=WARMUP_STEPS + 8, micro_batch=4,
+                         vllm_share=0.18)]]
     if name in ("recipes", "recipes-grpo"):  # issue 35's second lease: each shipped Qwen3 recipe as shipped (its batch, length, mode and
         # hardware.gpu_memory_gib), SFT and GRPO, on its shape. The SFT rows first: they need no vLLM, so they run
         # while its bundle parts still travel (device_run's grpo-recipes starts in the first call); then the 1.7B
