@@ -12,8 +12,6 @@ What TRL 1.14.2 does and what changes here (the Unsloth backend keeps Unsloth's 
   8,192 vocabulary rows and 2,048 tokens, with its own backward) but enables it only through `use_liger_kernel`,
   which also makes transformers patch the model with Liger's Triton kernels (no CPU, another dependency). Here
   it is called directly (`grpo.logprobs: chunked`), whenever the output head is a plain Linear.
-- vLLM requests: TRL's colocated path asks for each of a group's G completions in its own request; on one GPU each
-  group goes as one request for G samples (grpo_playground.training.rollouts.one_request_per_group).
 - vLLM weight sync: `grpo.weight_sync: deltas` replaces TRL's merge / load every weight / unmerge with
   grpo_playground.training.vllm_sync (only the LoRA layers' W + B@A x scale, written into vLLM's tensors);
   `lora` serves the adapter from a vLLM LoRA slot instead (the engine built with enable_lora).
@@ -40,7 +38,7 @@ def plain_output_head(model) -> bool:
 
 class PlaygroundGRPOTrainer(GRPOTrainer):
     def __init__(self, *args, logprobs: str = "chunked", weight_sync: str = "merge", **kwargs):
-        from grpo_playground.training import rollouts, vllm_sync
+        from grpo_playground.training import vllm_sync
 
         lora_slot = weight_sync == "lora" and kwargs["args"].use_vllm  # TRL builds its engine in __init__
         with (vllm_sync.lora_engine(kwargs["model"].peft_config[vllm_sync.ADAPTER].r) if lora_slot
@@ -56,10 +54,6 @@ class PlaygroundGRPOTrainer(GRPOTrainer):
             folder = vllm_sync.shared_memory_folder(f"grpo_playground_adapter_{os.getpid()}")
             atexit.register(shutil.rmtree, folder, True)
             self.vllm_generation.sync_weights = vllm_sync.AdapterSync(self.vllm_generation, folder)
-        generation = getattr(self, "vllm_generation", None)
-        if (generation is not None and generation.mode == "colocate" and generation.tensor_parallel_size == 1
-                and os.environ.get(rollouts.SLOW_ROLLOUTS_ENV) != "1"):
-            rollouts.one_request_per_group(generation.llm)
 
     # ------------------------------------------------------------------ old-policy log-probs
     def old_logps_redundant(self) -> bool:

@@ -12,15 +12,11 @@ attends over its whole context: HF generate stays launch-bound either way, fast 
 
 `instrument_grpo(trainer, backend, timer)` also times every phase of the step (grpo_playground.step_timing):
 rollout, vLLM weight sync, rewards, log-probs, and counts `rollout/tokens` (completion tokens this process generated).
-`one_request_per_group(llm)`: TRL's colocated vLLM sends a GRPO batch as one request per row (each prompt repeated
-G times, n=1); here each run of identical prompts goes as one request for G samples, which vLLM serves faster (a
-plain generate of the SmolLM2 batch on one H100: 19,914 against 12,783 tok/s, issue 35).
 Set GRPO_PLAYGROUND_SLOW_ROLLOUTS=1 to keep TRL's behaviour (benchmarks measure both in one run).
 """
 
 from __future__ import annotations
 
-import copy
 import os
 
 from grpo_playground.step_timing import StepTimer
@@ -31,40 +27,6 @@ SLOW_ROLLOUTS_ENV = "GRPO_PLAYGROUND_SLOW_ROLLOUTS"
 def keeps_cache(backend: str, use_vllm: bool) -> bool:
     """Whether generation needs checkpointing switched off to use the KV cache (plain HF generate on TRL + PEFT)."""
     return backend == "trl" and not use_vllm and os.environ.get(SLOW_ROLLOUTS_ENV) != "1"
-
-
-def one_request_per_group(llm) -> None:
-    """Make `llm.generate` send each run of identical prompts as one request for that many samples, and return one
-    output per prompt as before (each holding one completion, in the prompts' order): what TRL's colocated path reads.
-    Greedy sampling (vLLM refuses n > 1 there), multimodal prompts and lists of sampling params go through as given."""
-    generate = llm.generate
-
-    def grouped(prompts, sampling_params=None, *args, **kwargs):
-        runs: list[list] = []  # [prompt, count], in order
-        plain = (isinstance(prompts, list) and sampling_params is not None and not isinstance(sampling_params, list)
-                 and sampling_params.n == 1 and sampling_params.temperature > 1e-5
-                 and not any(isinstance(p, dict) and p.get("multi_modal_data") for p in prompts))
-        for prompt in prompts if plain else ():
-            if runs and runs[-1][0] == prompt:
-                runs[-1][1] += 1
-            else:
-                runs.append([prompt, 1])
-        if not plain or len(runs) == len(prompts):
-            return generate(prompts, sampling_params, *args, **kwargs)
-        params = []
-        for _, count in runs:
-            params.append(copy.copy(sampling_params))
-            params[-1].n = count
-        outputs = generate([prompt for prompt, _ in runs], params, *args, **kwargs)
-        rows = []
-        for output in outputs:
-            for completion in output.outputs:
-                row = copy.copy(output)
-                row.outputs = [completion]
-                rows.append(row)
-        return rows
-
-    llm.generate = grouped
 
 
 def instrument_grpo(trainer, backend: str, timer: StepTimer) -> None:
