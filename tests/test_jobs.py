@@ -109,9 +109,15 @@ def test_a_crash_without_a_traceback_file_is_told_by_its_exit_code(runs):
 
 
 @pytest.mark.parametrize("traceback, rc, expected", [
-    # a GPU crash of NaN logits is diagnosed, not left as a stack trace
+    # a GPU crash is diagnosed, not left as a stack trace; the frames say whether it was sampling (NaN logits) or an
+    # embedding lookup (an id past its rows)
     ("Traceback (most recent call last):\nRuntimeError: CUDA error: device-side assert triggered\n", 1,
-     "NaN logits"),
+     "a CUDA kernel's own check failed"),
+    ('Traceback (most recent call last):\n  File "transformers/generation/utils.py", line 3083, in _sample\n'
+     "RuntimeError: CUDA error: device-side assert triggered\n", 1, "NaN logits ('device-side assert triggered' in"),
+    ('Traceback (most recent call last):\n  File "torch/nn/functional.py", line 2567, in embedding\n'
+     "    return torch.embedding(weight, input)\nRuntimeError: CUDA error: device-side assert triggered\n", 1,
+     "a token id past the model's embedding rows"),
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n", 1, "lower grpo.num_generations"),
     # the exception that ended it wins over the one it was handling (a retried step)
     ("KeyError: 'a'\n\nDuring handling of the above exception, another exception occurred:\n\nTraceback "

@@ -8,19 +8,20 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from grpo_playground.contracts.process import last_error
+from grpo_playground.contracts.process import last_error, log_tail
 from grpo_playground.doctor import diagnose_crash  # pure Python, like this module
 from grpo_playground.contracts.layout import TRACEBACK_FILE
 from grpo_playground.run_layout import read_status
 
 
 def crash_reason(run_dir: Path, returncode: int, oom_kills_before: int | None = None) -> str:
-    """The doctor's diagnosis of the exception in the run's traceback file (OOM, NaN logits), else that exception;
-    without one, what the exit code says. A signal is blamed on the out-of-memory killer only when the kernel's
+    """The doctor's diagnosis of the exception in the run's traceback file (OOM, NaN logits, a token id past the
+    embedding: its last frames tell those apart), else that exception; without one, what the exit code says. A signal is blamed on the out-of-memory killer only when the kernel's
     OOM count rose during the job."""
     error = last_error(run_dir / TRACEBACK_FILE)
     if error:
-        finding = diagnose_crash(error, stage=read_status(run_dir).get("stage") or "grpo")
+        finding = diagnose_crash(error, stage=read_status(run_dir).get("stage") or "grpo",
+                                 frames=log_tail(run_dir / TRACEBACK_FILE, 2000))
         return f"{finding.message}. Try: {finding.knob} ({error[:200]})" if finding else error[:500]
     if returncode < 0:
         name = signal.Signals(-returncode).name
