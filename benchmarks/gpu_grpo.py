@@ -37,11 +37,11 @@ from pathlib import Path
 from grpo_playground.cli.args import TrainArgs
 from grpo_playground.models.shapes import QWEN3
 from grpo_playground.step_timing import PHASES, STEP_KEY, phase_key
+from grpo_playground.vllm_memory import weight_bytes as stored_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 # the decode floor's bandwidth: device-to-device copies measured on the lent cards (KINDS.md), by nvidia-smi's name
 HBM_BYTES_PER_S = {"H200": 4.3e12, "H100": 3.0e12}
-NF4_BYTES_PER_PARAM = 0.5 + 4 / 64  # 4-bit weights + one fp32 absmax per 64 (bitsandbytes nf4, no double quant)
 SLOW_ROLLOUTS_ENV = "GRPO_PLAYGROUND_SLOW_ROLLOUTS"
 PLANNED_PEAK = re.compile(r"memory: memory budget [\d.]+ GiB: peak estimate ([\d.]+) GiB")
 
@@ -55,6 +55,7 @@ class Mode:
     label: str
     backend: str
     load_in_4bit: bool = False
+    load_in_fp8: bool = False
     use_vllm: bool = False
     gradient_checkpointing: bool = True  # the recipes' default
     env: dict = field(default_factory=dict)
@@ -79,13 +80,15 @@ MODES = {
     "unsloth-4bit": Mode("(c) Unsloth 4-bit", "unsloth", load_in_4bit=True),
     "unsloth-vllm": Mode("(d) Unsloth bf16, vLLM fast_inference", "unsloth", use_vllm=True),
     "unsloth-4bit-vllm": Mode("(e) Unsloth 4-bit, vLLM fast_inference", "unsloth", load_in_4bit=True, use_vllm=True),
+    "unsloth-fp8-vllm": Mode("(k) Unsloth FP8 (load_in_fp8), vLLM fast_inference", "unsloth", load_in_fp8=True,
+                             use_vllm=True),
     "recipe": Mode("the shipped recipe's own mode", "", as_recipe=True),
 }
 BASELINE_MODE = "trl"
 RECIPES = ROOT / "recipes"
 SEED_RECIPE = str(RECIPES / "qwen3-8b.yaml")  # the shipped recipe of the seed (Unsloth 4-bit + vLLM fast_inference)
 SUITES = ("qwen", "smollm2", "scaling", "vllm", "speed-base", "speed", "targets", "targets-8b", "budget", "recipes", "recipes-grpo",
-          "groups", "micro-batch")
+          "groups", "micro-batch", "fp8")
 
 
 @dataclass(frozen=True)
@@ -187,10 +190,10 @@ def weight_census(hf_dir: Path) -> dict:
     return {"params": total, "embedding_params": embed}
 
 
-def decode_floor(census: dict, four_bit: bool, rows: int, card: str = "H200") -> dict:
+def decode_floor(census: dict, four_bit: bool, rows: int, card: str = "H200", fp8: bool = False) -> dict:
     """Memory-bandwidth floor of decoding: every step reads all weights once (KV cache ignored: a lower bound)."""
-    embed, rest = census["embedding_params"], census["params"] - census["embedding_params"]
-    weight_bytes = embed * 2 + rest * (NF4_BYTES_PER_PARAM if four_bit else 2)
+    embed = census["embedding_params"]
+    weight_bytes = stored_bytes({"embedding_params": embed, "linear_params": census["params"] - embed}, four_bit, fp8)
     bandwidth = next((b for name, b in HBM_BYTES_PER_S.items() if name in card), HBM_BYTES_PER_S["H200"])
     step_s = weight_bytes / bandwidth
     return {"weight_bytes": weight_bytes, "floor_step_ms": step_s * 1e3, "floor_tok_s": rows / step_s}
@@ -232,6 +235,7 @@ def write_recipe(spec: RunSpec, location: str, path: Path) -> Path:
 def _apply_mode(cfg, mode: Mode) -> None:
     m = cfg.model
     m.backend, m.load_in_4bit, m.fast_inference = mode.backend, mode.load_in_4bit, mode.use_vllm
+    m.load_in_fp8 = mode.load_in_fp8
     m.gradient_checkpointing, cfg.grpo.use_vllm = mode.gradient_checkpointing, mode.use_vllm
     for key, value in mode.grpo.items():
         setattr(cfg.grpo, key, value)
@@ -432,8 +436,9 @@ def run_one(spec: RunSpec, out: Path, models_dir: Path | None, gpus: str, timeou
         census = weight_census(hf)
         from grpo_playground.config import load_recipe
 
-        four_bit = load_recipe(recipe).model.load_in_4bit  # a shipped recipe's own setting when it gives the mode
-        result.update(census, **decode_floor(census, four_bit, spec.prompts * spec.generations, result["card"] or "H200"))
+        model = load_recipe(recipe).model  # a shipped recipe's own settings when it gives the mode
+        result.update(census, **decode_floor(census, model.load_in_4bit, spec.prompts * spec.generations,
+                                             result["card"] or "H200", model.load_in_fp8))
     planned = next((m for line in _lines(run_dir / "log.txt") for m in PLANNED_PEAK.findall(line)), None)
     if planned is not None:  # the job's memory plan (grpo_playground.memory_budget), beside the measured peak
         result["planned_gib"] = float(planned)
@@ -529,6 +534,12 @@ def suite(name: str) -> list[list[RunSpec]]:
         # micro-batches at the same vLLM share, without the cap: does 8 or 16 stay within 22 GiB at nvidia-smi's peak?
         return [[RunSpec("qwen3-1.7b-shape", "trl-vllm-deltas", 512, prompts=8, steps=WARMUP_STEPS + 8, micro_batch=mb,
                          vllm_share=0.18) for mb in (16, 8)]]
+    if name == "fp8":  # issue 35's rollout that fits: the seed's 8B recipe with FP8 weights (Unsloth's load_in_fp8, vLLM's
+        # FP8 kernels) beside it as shipped (4-bit: bitsandbytes decoding, 19.1 s a step), both within 22 GiB, one lease
+        return [[RunSpec("qwen3-8b-shape", "unsloth-fp8-vllm", 1024, prompts=1, steps=WARMUP_STEPS + 8,
+                         recipe=SEED_RECIPE, budget_gib=22),
+                 RunSpec("qwen3-8b-shape", "recipe", 1024, prompts=1, steps=WARMUP_STEPS + 6, recipe=SEED_RECIPE,
+                         budget_gib=22)]]
     if name in ("recipes", "recipes-grpo"):  # issue 35's second lease: each shipped Qwen3 recipe as shipped (its batch, length, mode and
         # hardware.gpu_memory_gib), SFT and GRPO, on its shape. The SFT rows first: they need no vLLM, so they run
         # while its bundle parts still travel (device_run's grpo-recipes starts in the first call); then the 1.7B

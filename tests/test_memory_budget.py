@@ -175,3 +175,34 @@ def test_smaller_micro_batches_come_before_4bit_weights():
     eight = recipe("qwen3-8b")
     assert plan_memory(eight, model_shape(eight.model.name_or_path), 22 * GIB, "unsloth", True,
                        stages=("grpo",)).stage("grpo").settings.four_bit
+
+
+def test_the_seeds_8b_with_fp8_weights_is_planned_in_fp8_and_never_goes_4bit():
+    """load_in_fp8 (Unsloth, H100+): one FP8 copy of the weights for training and vLLM, half of 16-bit's bytes; the plan
+    fits it by halving the micro-batch, never by adding 4-bit (the two are exclusive)."""
+    eight = recipe("qwen3-8b")
+    fp8 = replace(eight, model=replace(eight.model, load_in_4bit=False, load_in_fp8=True))
+    shape = model_shape(eight.model.name_or_path)
+    plan = plan_memory(fp8, shape, 22 * GIB, "unsloth", True, stages=("grpo",))
+    grpo = plan.stage("grpo")
+    assert grpo.settings.fp8 and not grpo.settings.four_bit, grpo.settings
+    assert "FP8 base weights" in plan.summary()[1]
+    assert not apply(fp8, plan).model.load_in_4bit
+    sixteen = replace(fp8, model=replace(fp8.model, load_in_fp8=False))
+    four = plan_memory(eight, shape, 200 * GIB, "unsloth", True, stages=("grpo",)).stage("grpo")
+    fp8_roomy = plan_memory(fp8, shape, 200 * GIB, "unsloth", True, stages=("grpo",)).stage("grpo")
+    bf16_roomy = plan_memory(sixteen, shape, 200 * GIB, "unsloth", True, stages=("grpo",)).stage("grpo")
+    # vLLM holds the one copy (fast_inference): FP8 between 4-bit and 16-bit, about half of 16-bit's linear weights
+    assert four.vllm_bytes < fp8_roomy.vllm_bytes < bf16_roomy.vllm_bytes
+    # too small a budget for FP8 at one row: refused, not silently loaded in 4-bit
+    with pytest.raises(BudgetError):
+        plan_memory(fp8, shape, 12 * GIB, "unsloth", True, stages=("grpo",))
+
+
+@pytest.mark.parametrize("change, field", [({"load_in_4bit": True}, "load_in_4bit"), ({"backend": "trl"}, "backend")])
+def test_fp8_loading_is_refused_beside_4bit_or_on_trl_with_the_fix(change, field):
+    cfg = recipe("qwen3-8b")
+    bad = replace(cfg, model=replace(cfg.model, load_in_fp8=True, **{"load_in_4bit": False, **change}))
+    with pytest.raises(ConfigError, match=r"model\.load_in_fp8") as error:
+        bad.validate()
+    assert field in str(error.value)

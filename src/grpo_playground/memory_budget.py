@@ -56,9 +56,10 @@ class Settings:
     micro_batch: int
     accumulation: int
     kv_passes: int  # vLLM's KV cache: 2 = the whole generation batch twice over (the default sizing), 1 = once
+    fp8: bool = False  # FP8 base weights (Unsloth's load_in_fp8, GRPO): the plan keeps them, never adds 4-bit to them
 
     def describe(self, vllm: bool) -> str:
-        parts = ["4-bit base weights" if self.four_bit else "16-bit weights",
+        parts = ["4-bit base weights" if self.four_bit else "FP8 base weights" if self.fp8 else "16-bit weights",
                  "gradient checkpointing" if self.checkpointing else "no gradient checkpointing",
                  f"micro-batch {self.micro_batch} x {self.accumulation} accumulation"]
         if vllm:
@@ -160,11 +161,11 @@ def stage_parts(cfg, shape_config: dict, stage: str, s: Settings, backend: str, 
         kv_full = kv_cache_bytes(shape, rows, tokens_per_row)  # two passes of the batch
         # vLLM refuses to start without room for one sequence of max_model_len (model.max_seq_length)
         kv = max(kv_full * s.kv_passes // 2, shape["kv_bytes_per_token"] * cfg.model.max_seq_length)
-        engine = engine_bytes(shape, rows, tokens_per_row, s.four_bit) - kv_full + kv
+        engine = engine_bytes(shape, rows, tokens_per_row, s.four_bit, s.fp8) - kv_full + kv
         if cfg.model.gpu_memory_utilization is not None:
             engine = int(cfg.model.gpu_memory_utilization * (card or 0))
     shared_weights = engine and backend == "unsloth"  # fast_inference: one copy of the weights for both
-    weights = int(weight_bytes(shape, s.four_bit))
+    weights = int(weight_bytes(shape, s.four_bit, s.fp8))
     parts = {
         "weights": 0 if shared_weights else weights,
         "LoRA + optimizer": lora_params(shape_config, cfg.lora.target_modules, cfg.lora.r) * (4 + 4 + adam),
@@ -182,7 +183,8 @@ def ladder(cfg, stage: str, backend: str, vllm: bool) -> list[tuple[Settings, tu
     section = getattr(cfg, stage)
     four_bit = (cfg.model.sft_load_in_4bit if stage == "sft" else cfg.model.load_in_4bit) and backend == "unsloth"
     per_device = section.generation_batch()[0] if stage == "grpo" else section.per_device_train_batch_size
-    s = Settings(four_bit, cfg.model.gradient_checkpointing, per_device, section.gradient_accumulation_steps, 2)
+    fp8 = stage == "grpo" and cfg.model.load_in_fp8 and backend == "unsloth"
+    s = Settings(four_bit, cfg.model.gradient_checkpointing, per_device, section.gradient_accumulation_steps, 2, fp8)
     steps, changed = [(s, ())], []
     if not s.checkpointing:
         s = replace(s, checkpointing=True)
@@ -195,7 +197,7 @@ def ladder(cfg, stage: str, backend: str, vllm: bool) -> list[tuple[Settings, tu
     # Smaller micro-batches before 4-bit weights: vLLM decodes bitsandbytes weights 3.7x slower (issue 35's H100
     # lease: 3,852 against 14,236 generated tok/s on the 1.7B shape), while a micro-batch only splits the backward
     steps += halvings(s, tuple(changed))
-    if not s.four_bit and backend == "unsloth":
+    if not s.four_bit and not s.fp8 and backend == "unsloth":
         s = replace(s, four_bit=True)
         changed.append("4-bit base weights")
         steps.append((s, tuple(changed)))

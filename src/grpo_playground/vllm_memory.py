@@ -17,6 +17,7 @@ from pathlib import Path
 
 FIXED_OVERHEAD_BYTES = 5 * 2**30
 NF4_BYTES_PER_PARAM = 0.5 + 4 / 64  # bitsandbytes nf4: 4-bit weights + one fp32 absmax per 64
+FP8_BYTES_PER_PARAM = 1.0  # float8 weights; a scale per row is negligible (embeddings stay 16-bit)
 MIN_SHARE, MAX_SHARE = 0.05, 0.90
 
 
@@ -34,8 +35,9 @@ def shape_from_config(config: dict) -> dict:
             "kv_bytes_per_token": 2 * layers * kv_heads * head_dim * 2}
 
 
-def weight_bytes(shape: dict, four_bit: bool = False) -> float:
-    return shape["embedding_params"] * 2 + shape["linear_params"] * (NF4_BYTES_PER_PARAM if four_bit else 2)
+def weight_bytes(shape: dict, four_bit: bool = False, fp8: bool = False) -> float:
+    per_param = NF4_BYTES_PER_PARAM if four_bit else FP8_BYTES_PER_PARAM if fp8 else 2
+    return shape["embedding_params"] * 2 + shape["linear_params"] * per_param
 
 
 def kv_cache_bytes(shape: dict, rows: int, tokens_per_row: int) -> int:
@@ -43,13 +45,15 @@ def kv_cache_bytes(shape: dict, rows: int, tokens_per_row: int) -> int:
     return 2 * shape["kv_bytes_per_token"] * rows * tokens_per_row
 
 
-def engine_bytes(shape: dict, rows: int, tokens_per_row: int, four_bit: bool = False) -> int:
+def engine_bytes(shape: dict, rows: int, tokens_per_row: int, four_bit: bool = False, fp8: bool = False) -> int:
     """What a vLLM engine holds for `rows` sequences of `tokens_per_row` tokens (the formula above)."""
-    return int(1.2 * weight_bytes(shape, four_bit) + kv_cache_bytes(shape, rows, tokens_per_row) + FIXED_OVERHEAD_BYTES)
+    return int(1.2 * weight_bytes(shape, four_bit, fp8) + kv_cache_bytes(shape, rows, tokens_per_row)
+               + FIXED_OVERHEAD_BYTES)
 
 
-def memory_share(shape: dict, rows: int, tokens_per_row: int, total_bytes: int, four_bit: bool = False) -> float:
-    need = engine_bytes(shape, rows, tokens_per_row, four_bit)
+def memory_share(shape: dict, rows: int, tokens_per_row: int, total_bytes: int, four_bit: bool = False,
+                 fp8: bool = False) -> float:
+    need = engine_bytes(shape, rows, tokens_per_row, four_bit, fp8)
     return min(max(math.ceil(need / total_bytes * 100) / 100, MIN_SHARE), MAX_SHARE)
 
 

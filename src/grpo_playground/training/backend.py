@@ -86,9 +86,9 @@ def vllm_memory_share(cfg: RunConfig, model_config: dict, weights_loaded: bool =
     rows, _ = cfg.grpo.generation_batch()
     shape = shape_from_config(model_config)
     return claim_for_training(cfg.model.gpu_memory_utilization, lambda total: memory_share(
-        shape, rows, cfg.model.max_seq_length, total, cfg.model.load_in_4bit), shape, model_config["vocab_size"],
-        rows, cfg.model.max_seq_length, weights_loaded, f"the GRPO job of run {cfg.name}",
-        budget_bytes(cfg))
+        shape, rows, cfg.model.max_seq_length, total, cfg.model.load_in_4bit, cfg.model.load_in_fp8),
+        shape, model_config["vocab_size"], rows, cfg.model.max_seq_length, weights_loaded,
+        f"the GRPO job of run {cfg.name}", budget_bytes(cfg))
 
 
 VLLM_TAGS_NOTE = ("format tags kept as ordinary text (data.register_tags ignored): vLLM rollouts sample from a copy "
@@ -245,6 +245,7 @@ def _load_unsloth(cfg: RunConfig, stage: str, base, start_adapter: Path | None) 
             model_name=str(hf_dir(base)),
             max_seq_length=cfg.model.max_seq_length,
             load_in_4bit=cfg.model.load_in_4bit if stage == "grpo" else cfg.model.sft_load_in_4bit,
+            **({"load_in_fp8": True} if stage == "grpo" and cfg.model.load_in_fp8 else {}),
             dtype=None if cfg.model.dtype == "auto" else torch_dtype(cfg),
             fast_inference=use_vllm,
             max_lora_rank=lora["r"],
@@ -252,6 +253,8 @@ def _load_unsloth(cfg: RunConfig, stage: str, base, start_adapter: Path | None) 
         )
     notes = [f"unsloth with vLLM rollouts (fast_inference, gpu_memory_utilization {share})" if use_vllm
              else "unsloth without vLLM"]
+    if stage == "grpo" and cfg.model.load_in_fp8:
+        notes.append("FP8 base weights (load_in_fp8), shared by training and vLLM's rollouts")
     if start_adapter is not None and (start_adapter / "tokenizer_config.json").is_file():
         tokenizer = _tokenizer_from(start_adapter)
         tag_tokens.fit_embeddings(model, tokenizer)
