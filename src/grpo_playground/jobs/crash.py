@@ -16,8 +16,8 @@ from grpo_playground.run_layout import read_status
 
 def crash_reason(run_dir: Path, returncode: int, oom_kills_before: int | None = None) -> str:
     """The doctor's diagnosis of the exception in the run's traceback file (OOM, NaN logits, a token id past the
-    embedding: its last frames tell those apart), else that exception; without one, what the exit code says. A signal is blamed on the out-of-memory killer only when the kernel's
-    OOM count rose during the job."""
+    embedding: its last frames tell those apart), else that exception; without one, what the exit code says. A
+    signal is blamed on the out-of-memory killer only when the kernel's OOM count rose during the job."""
     error = last_error(run_dir / TRACEBACK_FILE)
     if error:
         finding = diagnose_crash(error, stage=read_status(run_dir).get("stage") or "grpo",
