@@ -87,8 +87,8 @@ MODES = {
 BASELINE_MODE = "trl"
 RECIPES = ROOT / "recipes"
 SEED_RECIPE = str(RECIPES / "qwen3-8b.yaml")  # the shipped recipe of the seed (Unsloth 4-bit + vLLM fast_inference)
-SUITES = ("qwen", "smollm2", "scaling", "vllm", "speed-base", "speed", "targets", "targets-8b", "budget", "recipes", "recipes-grpo",
-          "groups", "micro-batch", "fp8")
+SUITES = ("qwen", "smollm2", "scaling", "vllm", "speed-base", "speed", "targets", "targets-8b", "budget", "recipes",
+          "recipes-grpo", "groups", "micro-batch", "fp8")
 
 
 @dataclass(frozen=True)
