@@ -239,22 +239,21 @@ def _load_unsloth(cfg: RunConfig, stage: str, base, start_adapter: Path | None) 
         r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
         target_modules=list(cfg.lora.target_modules))
     share = vllm_memory_share(cfg, read_config(hf_dir(base)), weights_loaded=False) if use_vllm else 0.5
+    fp8 = stage == "grpo" and cfg.model.load_in_fp8  # the GRPO stage's weights only, as load_in_4bit
     # its fast_inference engine starts in the load: alone on the GPU meanwhile (gpu_share.engine_start)
     with engine_start(f"the GRPO job of run {cfg.name}", print) if use_vllm else nullcontext():
         model, tokenizer = FastLanguageModel.from_pretrained(
             model_name=str(hf_dir(base)),
             max_seq_length=cfg.model.max_seq_length,
             load_in_4bit=cfg.model.load_in_4bit if stage == "grpo" else cfg.model.sft_load_in_4bit,
-            **({"load_in_fp8": True} if stage == "grpo" and cfg.model.load_in_fp8 else {}),
+            load_in_fp8=fp8,
             dtype=None if cfg.model.dtype == "auto" else torch_dtype(cfg),
             fast_inference=use_vllm,
             max_lora_rank=lora["r"],
             gpu_memory_utilization=share,
         )
     notes = [f"unsloth with vLLM rollouts (fast_inference, gpu_memory_utilization {share})" if use_vllm
-             else "unsloth without vLLM"]
-    if stage == "grpo" and cfg.model.load_in_fp8:
-        notes.append("FP8 base weights (load_in_fp8), shared by training and vLLM's rollouts")
+             else "unsloth without vLLM"] + (["FP8 base weights (load_in_fp8)"] if fp8 else [])
     if start_adapter is not None and (start_adapter / "tokenizer_config.json").is_file():
         tokenizer = _tokenizer_from(start_adapter)
         tag_tokens.fit_embeddings(model, tokenizer)
