@@ -110,7 +110,8 @@ torch.cuda.device_count())"; } > $W/env.txt 2>&1; grep -v "^|" $W/env.txt | tail
     # issue 35's second lease: every shipped Qwen3 recipe as shipped, SFT and GRPO (gpu_grpo's `recipes` suite); start
     # it in the first call, after `shapes` with SHAPES="qwen3-8b-shape qwen3-1.7b-shape qwen3-4b-shape qwen3-0.6b-shape":
     # its SFT rows need only the base bundle, its GRPO rows come after them, once vLLM's parts have arrived
-    # (any other SUITE, e.g. recipes-grpo, groups, micro-batch: GRPO rows alone, which wait for vLLM's bundle)
+    # (any other SUITE, e.g. recipes-grpo, groups, "fp8 micro-batch" (one after another): GRPO rows alone, which wait
+    # for vLLM's bundle)
     grpo-recipes) background grpo-recipes "$WAIT_SHAPES; $B models --out $W/models --shapes ${SHAPES:-qwen3-8b-shape \
       qwen3-1.7b-shape qwen3-4b-shape qwen3-0.6b-shape}; $([ "${SUITE:-recipes}" != recipes ] && echo "$WAIT_VLLM;") \
       $B suite ${SUITE:-recipes} --models $W/models --gpus 0 --out $SPEED_DIR --timeout 600 --deadline ${BUDGET_S:-1500}" ;;

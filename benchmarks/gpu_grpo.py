@@ -695,7 +695,7 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--recipe", default=None, help="start from this shipped recipe (--mode recipe: as it is)")
             p.add_argument("--vllm-share", type=float, default=None, help="model.gpu_memory_utilization")
         else:
-            p.add_argument("name", choices=SUITES)
+            p.add_argument("names", nargs="+", choices=SUITES, help="one or more suites, run one after another")
         p.add_argument("--models", type=Path, default=None, help="folder written by `models`")
         p.add_argument("--out", type=Path, required=True)
         p.add_argument("--gpus", default="0,1", help="GPU indices to use (lanes take one each); '' for the CPU")
@@ -739,7 +739,7 @@ def main(argv: list[str] | None = None) -> int:
         lanes = [[RunSpec(args.model, args.mode, args.completion, args.prompts, steps=args.steps, num_gpus=args.num_gpus,
                           vllm_share=args.vllm_share, recipe=args.recipe)]]
     else:
-        lanes = suite(args.name)
+        lanes = [lane for name in args.names for lane in suite(name)]
     signal.signal(signal.SIGTERM, _kill_active)
     results = run_lanes(lanes, args.out, args.models, gpu_ids, args.timeout, args.deadline)
     print(table(results))
