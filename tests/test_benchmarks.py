@@ -361,8 +361,9 @@ def test_grpo_job_runs_as_two_ddp_processes_that_write_one_run_folder(tmp_path):
     assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]  # one writer: no duplicated rows from the second process
-    # each process takes its own prompt (8 completions) per step: 2 steps x 2 processes of the 512 prompts
-    assert rows[-1]["epoch"] == pytest.approx(2 * 2 / 512)  # a single process would be at 2 / 512
+    # each process takes its own prompt (8 completions) per step: 2 steps x 2 processes of the prompts prepared, as
+    # many as 2 steps of 8 completions on 2 processes could read (stages.rows_read); a single process: 2 of them
+    assert rows[-1]["epoch"] == pytest.approx(2 * 2 / (2 * 8 * 2))
     assert (run_dir / "grpo" / "adapter_config.json").is_file()
 
 
