@@ -60,8 +60,9 @@ def _sample_groups_with_vllm(policy: Policy, prompts: list[str], cfg: RunConfig)
 
     params = SamplingParams(n=cfg.grpo.num_generations, temperature=cfg.grpo.temperature, top_p=cfg.grpo.top_p,
                             max_tokens=cfg.grpo.max_completion_length)
-    outputs = policy.model.fast_generate(prompts, sampling_params=params, use_tqdm=False,
-                                         lora_request=policy.model.load_lora("preflight", load_tensors=True))
+    # the engine's own generate: Unsloth wraps it when it folds the adapter into the weights for rollouts
+    outputs = policy.model.vllm_engine.generate(prompts, sampling_params=params, use_tqdm=False,
+                                                lora_request=policy.model.load_lora("preflight", load_tensors=True))
     return [[c.text for c in out.outputs] for out in outputs]
 
 
