@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -218,37 +218,6 @@ def _load_trl(cfg: RunConfig, base, start_adapter: Path | None) -> Policy:
     return Policy(model, tokenizer, "trl", device, notes, start_adapter)
 
 
-@contextmanager
-def _unsloth_counts_fp8_weights():
-    """Unsloth 2026.10.9 fits vLLM's context to the KV cache left beside the weights, and counts the weights of a 16-bit
-    checkpoint loaded with load_in_fp8 as 16-bit (it looks for "fp8" in the model's name): within the 8B's 22 GiB
-    budget it cut vLLM's context to 768 tokens, under the recipe's 1,024-token completions
-    (results/gpu/h100_recipes35_lease7/). Counted as 8-bit weights while the engine starts."""
-    from unsloth_zoo import vllm_utils
-
-    original = vllm_utils.vllm_weights_memory_usage
-    vllm_utils.vllm_weights_memory_usage = lambda config, **kw: original(config, **{**kw, "load_in_8bit": True})
-    try:
-        yield
-    finally:
-        vllm_utils.vllm_weights_memory_usage = original
-
-
-def _hand_lora_to_vllm_without_inference_mode(model) -> None:
-    """Unsloth 2026.10.9 hands each step's adapter to vLLM (`model.load_lora`) under torch.inference_mode, where the
-    state_dict() of torchao's FP8 weights raises "Cannot set version_counter for inference tensor" (pytorch#164872;
-    Unsloth's own FP8 weight export takes no_grad for the same reason): every FP8 run failed at its first rollout
-    (results/gpu/h100_recipes35_lease7/). The same hand-over under no_grad."""
-    import functools
-
-    import torch
-    from unsloth_zoo import vllm_utils
-
-    unwrapped = getattr(vllm_utils.load_lora, "__wrapped__", None)  # None: a release that dropped the decorator
-    if unwrapped is not None:
-        model.load_lora = functools.partial(torch.no_grad()(unwrapped), model)
-
-
 def _tokenizer_from(folder: Path):
     from transformers import AutoTokenizer
 
@@ -262,6 +231,9 @@ def _load_unsloth(cfg: RunConfig, stage: str, base, start_adapter: Path | None) 
     """Unsloth's FastLanguageModel (CUDA only; proven on the GPU machine, not runnable here)."""
     from unsloth import FastLanguageModel  # imported first by the job on this path, so its patches apply
 
+    from grpo_playground.training.unsloth_fp8 import (hand_lora_to_vllm_without_inference_mode,
+                                                      unsloth_counts_fp8_weights)
+
     from grpo_playground.models import hf_dir
     from grpo_playground.vllm_memory import read_config
 
@@ -273,7 +245,7 @@ def _load_unsloth(cfg: RunConfig, stage: str, base, start_adapter: Path | None) 
     fp8 = stage == "grpo" and cfg.model.load_in_fp8  # the GRPO stage's weights only, as load_in_4bit
     # its fast_inference engine starts in the load: alone on the GPU meanwhile (gpu_share.engine_start)
     with (engine_start(f"the GRPO job of run {cfg.name}", print) if use_vllm else nullcontext(),
-          _unsloth_counts_fp8_weights() if fp8 and use_vllm else nullcontext()):
+          unsloth_counts_fp8_weights() if fp8 and use_vllm else nullcontext()):
         model, tokenizer = FastLanguageModel.from_pretrained(
             model_name=str(hf_dir(base)),
             max_seq_length=cfg.model.max_seq_length,
@@ -303,7 +275,7 @@ def _load_unsloth(cfg: RunConfig, stage: str, base, start_adapter: Path | None) 
         random_state=cfg.lora.seed,
     )
     if fp8 and use_vllm:
-        _hand_lora_to_vllm_without_inference_mode(model)
+        hand_lora_to_vllm_without_inference_mode(model)
     if start_adapter is not None:
         # The GRPO stage reloads the base (4-bit, vLLM) and puts the SFT adapter's weights into the fresh LoRA.
         from peft import set_peft_model_state_dict

@@ -60,11 +60,11 @@ def fp8_model(monkeypatch):
 
 
 def test_the_fp8_adapter_reaches_vllm(fp8_model):
-    from grpo_playground.training.backend import _hand_lora_to_vllm_without_inference_mode
+    from grpo_playground.training.unsloth_fp8 import hand_lora_to_vllm_without_inference_mode
 
     with pytest.raises(RuntimeError, match="version_counter for inference tensor"):
         fp8_model.load_lora("grpo", load_tensors=True)  # Unsloth 2026.10.9 as it is
-    _hand_lora_to_vllm_without_inference_mode(fp8_model)
+    hand_lora_to_vllm_without_inference_mode(fp8_model)
     handed = fp8_model.load_lora("grpo", load_tensors=True)
     assert sorted(handed) == [f"base_model.model.proj.lora_{ab}.default.weight" for ab in "AB"]
     trained = fp8_model.base_model.model.proj.lora_B.default.weight  # the step's weights, not a copy
@@ -74,13 +74,13 @@ def test_the_fp8_adapter_reaches_vllm(fp8_model):
 def test_unsloth_sizes_vllms_context_for_fp8_weights_while_the_engine_starts(monkeypatch):
     """Unsloth counts an FP8-loaded 16-bit checkpoint's weights as 16-bit unless told 8-bit: counted as 8-bit during
     the load only."""
-    from grpo_playground.training.backend import _unsloth_counts_fp8_weights
+    from grpo_playground.training.unsloth_fp8 import unsloth_counts_fp8_weights
 
     def weights_bytes(config, load_in_4bit=False, load_in_8bit=False):  # unsloth_zoo's signature and byte counts
         return config["params"] * (2 / (8 / 5) if load_in_8bit else 2)
 
     zoo = types.SimpleNamespace(vllm_weights_memory_usage=weights_bytes)
     monkeypatch.setitem(sys.modules, "unsloth_zoo", types.SimpleNamespace(vllm_utils=zoo))
-    with _unsloth_counts_fp8_weights():
+    with unsloth_counts_fp8_weights():
         assert zoo.vllm_weights_memory_usage({"params": 8e9}, load_in_4bit=False, load_in_8bit=False) == 1e10
     assert zoo.vllm_weights_memory_usage({"params": 8e9}, load_in_4bit=False, load_in_8bit=False) == 1.6e10
