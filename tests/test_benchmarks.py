@@ -66,6 +66,12 @@ def test_report_merge_keeps_the_earlier_leases_rows(tmp_path):
     assert runs["earlier"] == {"median_step_s": 1.9} and runs["x"]["median_step_s"] == pytest.approx(0.95)
     assert gpu_grpo.main(["report", str(tmp_path / "d"), "--out", str(out)]) == 0  # without --merge: this lease only
     assert list(json.loads(out.read_text())["runs"]) == ["x"]
+    # a row stopped after its first (compiling) step does not replace the same row measured at an earlier lease
+    (tmp_path / "d" / "results" / "x.json").write_text(json.dumps({**result, "state": "stopped"}))
+    (tmp_path / "d" / "results" / "new.json").write_text(json.dumps({**result, "label": "new", "state": "failed"}))
+    assert gpu_grpo.main(["report", str(tmp_path / "d"), "--out", str(out), "--merge"]) == 0
+    runs = json.loads(out.read_text())["runs"]
+    assert runs["x"]["state"] == "finished" and runs["new"]["state"] == "failed"
 
 
 def statistics_median(values):
