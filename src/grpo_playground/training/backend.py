@@ -258,8 +258,8 @@ def _load_unsloth(cfg: RunConfig, stage: str, base, start_adapter: Path | None) 
         )
     notes = [f"unsloth with vLLM rollouts (fast_inference, gpu_memory_utilization {share})" if use_vllm
              else "unsloth without vLLM"] + (["FP8 base weights (load_in_fp8)"] if fp8 else [])
-    engine_len = getattr(getattr(getattr(model, "vllm_engine", None), "model_config", None), "max_model_len", None)
-    if engine_len is not None and engine_len < cfg.model.max_seq_length:
+    engine_len = model.vllm_engine.model_config.max_model_len if use_vllm else cfg.model.max_seq_length
+    if engine_len < cfg.model.max_seq_length:
         notes.append(f"warning: vLLM's context is {engine_len} tokens, under model.max_seq_length "
                      f"{cfg.model.max_seq_length} (Unsloth fits it to the KV cache that gpu_memory_utilization "
                      "leaves): rollouts longer are cut; raise hardware.gpu_memory_gib or lower max_completion_length")

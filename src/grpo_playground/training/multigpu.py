@@ -24,6 +24,11 @@ def launched() -> bool:
     return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
+def process_count() -> int:
+    """The processes `accelerate launch` started for this run (1 outside a launch)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def is_main_process() -> bool:
     return os.environ.get("RANK", "0") == "0"
 

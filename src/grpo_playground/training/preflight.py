@@ -27,7 +27,7 @@ def sample_groups(policy: Policy, prompts: list[str], cfg: RunConfig) -> list[li
     launch-bound, whatever the batch). Unsloth with vLLM rollouts samples through its engine instead."""
     import torch
 
-    if policy.backend == "unsloth" and getattr(policy.model, "vllm_engine", None) is not None:
+    if policy.backend == "unsloth" and policy.rollouts == "vllm":  # its fast_inference engine, loaded with the model
         return _sample_groups_with_vllm(policy, prompts, cfg)
     tok, model, n = policy.tokenizer, policy.model, cfg.grpo.num_generations
     per_call = max(1, min(PREFLIGHT_MAX_ROWS, PREFLIGHT_MAX_TOKENS // cfg.grpo.max_completion_length) // n)

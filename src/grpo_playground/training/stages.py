@@ -17,6 +17,7 @@ from grpo_playground.config import RunConfig
 from grpo_playground.gpu_share import engine_start
 from grpo_playground.training.backend import Policy, resolve_optim, vllm_memory_share
 from grpo_playground.training.callbacks import RunCallback, SampleRecorder
+from grpo_playground.training.multigpu import process_count
 from grpo_playground.training.progress import terminal_progress
 from grpo_playground.training.rollouts import instrument_grpo
 from grpo_playground.training.run_folder import RunFolder
@@ -57,8 +58,7 @@ def rows_read(cfg: RunConfig, stage: str) -> int | None:
     """The most rows the stage's steps read: max_steps x its effective batch (GRPO's counted in completions, more
     than its prompts); None when its epochs bound it (max_steps -1). TRL prepares every row before the first step,
     and SFT's tokenization of tiny-cpu's 20,000 took 18 s of one CPU thread, for a run of 2 steps as for 600."""
-    # processes: the recipe's GPUs, or what `accelerate launch` started
-    section, world = getattr(cfg, stage), max(cfg.hardware.num_gpus, int(os.environ.get("WORLD_SIZE", "1")))
+    section, world = getattr(cfg, stage), max(cfg.hardware.num_gpus, process_count())  # the recipe's, or launched
     if section.max_steps < 0:
         return None
     per_device = section.generation_batch(world)[0] if stage == "grpo" else section.per_device_train_batch_size
