@@ -535,7 +535,7 @@ def suite(name: str) -> list[list[RunSpec]]:
         return [[RunSpec("qwen3-1.7b-shape", "trl-vllm-deltas", 512, prompts=8, steps=WARMUP_STEPS + 8, micro_batch=8,
                          vllm_share=0.18)]]
     if name == "fp8":  # issue 35's rollout that fits: the seed's 8B recipe with FP8 weights (Unsloth's load_in_fp8, vLLM's
-        # FP8 kernels) within 22 GiB; as shipped (4-bit, bitsandbytes decoding) it is the `recipes-grpo` row (19.1 s a
+        # FP8 kernels) within 22 GiB; as shipped (4-bit, bitsandbytes decoding) it is the `budget` suite's row (19.1 s a
         # step on an H100): the two rows cost ~14 lease minutes together, more than a lease has after its failed starts
         return [[RunSpec("qwen3-8b-shape", "unsloth-fp8-vllm", 1024, prompts=1, steps=WARMUP_STEPS + 8,
                          recipe=SEED_RECIPE, budget_gib=22)]]
