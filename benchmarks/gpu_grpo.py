@@ -535,10 +535,11 @@ def suite(name: str) -> list[list[RunSpec]]:
         return [[RunSpec("qwen3-1.7b-shape", "trl-vllm-deltas", 512, prompts=8, steps=WARMUP_STEPS + 8, micro_batch=8,
                          vllm_share=0.18)]]
     if name == "fp8":  # issue 35's rollout that fits: the seed's 8B recipe with FP8 weights (Unsloth's load_in_fp8, vLLM's
-        # FP8 kernels) within 22 GiB; as shipped (4-bit, bitsandbytes decoding) it is the `budget` suite's row (19.1 s a
-        # step on an H100): the two rows cost ~14 lease minutes together, more than a lease has after its failed starts
+        # FP8 kernels) beside it as shipped (4-bit: bitsandbytes decoding, 19.1 s a step), both within 22 GiB, one lease
         return [[RunSpec("qwen3-8b-shape", "unsloth-fp8-vllm", 1024, prompts=1, steps=WARMUP_STEPS + 8,
-                         recipe=SEED_RECIPE, budget_gib=22)]]
+                         recipe=SEED_RECIPE, budget_gib=22),
+                 RunSpec("qwen3-8b-shape", "recipe", 1024, prompts=1, steps=WARMUP_STEPS + 6, recipe=SEED_RECIPE,
+                         budget_gib=22)]]
     if name in ("recipes", "recipes-grpo"):  # issue 35's second lease: each shipped Qwen3 recipe as shipped (its batch, length, mode and
         # hardware.gpu_memory_gib), SFT and GRPO, on its shape. The SFT rows first: they need no vLLM, so they run
         # while its bundle parts still travel (device_run's grpo-recipes starts in the first call); then the 1.7B
