@@ -53,7 +53,8 @@ def test_the_reported_escape_no_longer_works():
     result = run_custom_reward(reward(body), ["a"], "1")
     try:
         assert not target.exists(), "the code wrote into the host's /dev/shm"
-        assert result.stdout.split() == ["-1", "1", "-1", "1"]  # both calls refused with EPERM
+        # both calls refused with EPERM (once, in a full run at a load of ~8, the output was empty: the error says why)
+        assert result.stdout.split() == ["-1", "1", "-1", "1"], result.error
     finally:
         target.unlink(missing_ok=True)
 
