@@ -725,14 +725,15 @@ def main(argv: list[str] | None = None) -> int:
         written = report(load_results(args.dirs), load_rollouts(args.dirs))
         if args.merge and args.out.is_file():  # a lease's rows beside the earlier leases' (same label: the new one,
             # unless only the earlier one finished: a row stopped or failed this time is no new measurement of it)
-            earlier = json.loads(args.out.read_text()).get("runs", {})
+            before = json.loads(args.out.read_text())
+            earlier = before.get("runs", {})
 
             def measured(row: dict) -> bool:
                 return row.get("state", "finished") == "finished"  # the first leases' rows have no state: measured
 
             written["runs"] = {**earlier, **{label: row for label, row in written["runs"].items()
                                              if measured(row) or not measured(earlier.get(label, {"state": "-"}))}}
-            rollouts = {**earlier.get("plain_vllm_generate", {}), **written.get("plain_vllm_generate", {})}
+            rollouts = {**before.get("plain_vllm_generate", {}), **written.get("plain_vllm_generate", {})}
             if rollouts:
                 written["plain_vllm_generate"] = rollouts
         args.out.write_text(json.dumps(written, indent=1))
