@@ -141,13 +141,49 @@ def test_limits_cap_the_wall_clock_at_two_seconds():
         Limits(wall_seconds=3)
 
 
+@pytest.fixture
+def slow_start(monkeypatch):
+    """The worker's interpreter behind a shell that first sleeps 1 s: a loaded machine's slow start, made sure
+    (plain mode only: the jail shows nothing outside /usr)."""
+    folder = tempfile.mkdtemp(prefix="grpo-slow-start-")
+    wrapper = Path(folder, "python")
+    wrapper.write_text(f'#!/bin/sh\nsleep 1\nexec {custom._interpreter(os.geteuid() == 0)} "$@"\n')
+    os.chmod(folder, 0o755)
+    os.chmod(wrapper, 0o755)
+    monkeypatch.setattr(custom, "_interpreter", lambda drop_to_nobody: str(wrapper))
+    yield
+    shutil.rmtree(folder)
+
+
+def test_the_wall_limit_is_the_codes_time_not_the_sandboxs_start(slow_start):
+    # A 0.5-s limit and a 1-s start: before, the start counted and a fast reward timed out on a busy machine.
+    start = time.monotonic()
+    result = run(reward_code("pass"), False, wall_seconds=0.5)
+    assert time.monotonic() - start > 1.0  # the start really was slow
+    assert result.error is None and result.scores == [1.0], result.error
+
+
+def test_slow_code_after_a_slow_start_still_times_out(slow_start):
+    result = run(reward_code("import time\ntime.sleep(1.5)"), False, wall_seconds=0.5)
+    assert result.timed_out and result.scores is None
+    assert result.error.startswith("timed out: the reward did not finish within 0.5 s"), result.error
+
+
+def test_a_sandbox_that_does_not_start_in_time_says_so(slow_start, monkeypatch):
+    monkeypatch.setattr(custom, "START_SECONDS", 0.3)
+    result = run(reward_code("print('ran')"), False)
+    assert result.timed_out and result.scores is None and result.stdout == ""
+    assert result.error.startswith("the reward sandbox did not start within 0.3 s: the machine is overloaded"), \
+        result.error
+
+
 # --- attacks, one property each ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("namespaces", MODES)
 def test_infinite_loop_times_out(namespaces):
     start = time.monotonic()
     result = run(reward_code("while True:\n    pass"), namespaces)
-    assert time.monotonic() - start < 3.5
+    assert time.monotonic() - start < custom.START_SECONDS + 2 + 1  # the start's bound, then the code's 2 s
     assert result.timed_out and result.scores is None and "timed out" in result.error
 
 

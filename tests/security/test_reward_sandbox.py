@@ -53,7 +53,6 @@ def test_the_reported_escape_no_longer_works():
     result = run_custom_reward(reward(body), ["a"], "1")
     try:
         assert not target.exists(), "the code wrote into the host's /dev/shm"
-        # both calls refused with EPERM (once, in a full run at a load of ~8, the output was empty: the error says why)
         assert result.stdout.split() == ["-1", "1", "-1", "1"], result.error
     finally:
         target.unlink(missing_ok=True)
@@ -147,8 +146,8 @@ def test_the_code_cannot_hijack_its_parent(jailed):
     except OSError as exc:
         print('refused:', type(exc).__name__)
     """
-    try:  # the default (and most) wall time: a 1-s limit, which counts the sandbox's start, timed out at a load of 8
-        result = run_custom_reward(reward(body), ["a"], "1", Limits(namespaces=jailed, wall_seconds=2))
+    try:
+        result = run_custom_reward(reward(body), ["a"], "1", Limits(namespaces=jailed))
     finally:
         survivors = _wait_for_no_process_named(name)
         for pid in survivors:

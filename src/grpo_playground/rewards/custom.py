@@ -9,7 +9,8 @@ The code runs in a fresh `python -I -S -c custom_worker.py` (exec'd, never a for
 session, with a minimal environment. Its launcher makes itself non-dumpable and loads the rlimits (CPU,
 address space, file size) and a seccomp allow-list (jail.py) before it forks the code, then neither may
 fork again (RLIMIT_NPROC 0: no threads either): every process of ours that the code can see is held alike.
-A wall-clock limit and captured, truncated output on top. As root it drops to uid 65534. Two modes
+A wall-clock limit on the code (from when the worker has started: a loaded machine's slow start of bubblewrap
+and the interpreter is not the code's time; the start has its own bound) and captured, truncated output on top. As root it drops to uid 65534. Two modes
 (docs/custom_rewards.md says exactly what each stops):
 - "bubblewrap": inside a bwrap jail (jail.py): own namespaces, no capabilities, no network, only /usr
   visible read-only, a private 1 MB /tmp the only writable place, the app's processes out of sight.
@@ -48,6 +49,7 @@ MAX_INPUT_CHARS = 200_000
 MAX_REPLY_BYTES = 256 * 1024  # 64 floats plus an error message fit many times over
 WORKER = Path(__file__).with_name("custom_worker.py")
 NOBODY = 65534  # uid/gid a root app drops to: root ignores RLIMIT_NPROC and may write anywhere
+START_SECONDS = 10.0  # bound on the worker's start (bwrap + python -I -S + reading the request): ~0.1 s when idle
 
 EXAMPLE_REWARD = '''\
 import re
@@ -201,8 +203,9 @@ def _run_worker(request: dict, limits: Limits, jailed: bool, drop_to_nobody: boo
 
 
 def _exchange(proc: subprocess.Popen, request: bytes, result_r: int, limits: Limits):
-    """Feed the request, collect output and reply, all under one deadline, keeping bounded amounts."""
-    deadline = time.monotonic() + limits.wall_seconds
+    """Feed the request, collect output and reply under a deadline, keeping bounded amounts. The deadline is
+    START_SECONDS until the worker's first reply byte (it has started), then the code's wall_seconds from there."""
+    deadline = time.monotonic() + START_SECONDS
     output, reply = bytearray(), bytearray()
     out_cap = limits.output_chars * 4 + 4  # UTF-8 bytes for output_chars characters
     output_seen = 0
@@ -233,6 +236,8 @@ def _exchange(proc: subprocess.Popen, request: bytes, result_r: int, limits: Lim
                     output_seen += len(chunk)
                     output += chunk[: max(0, out_cap - len(output))]
                 elif len(reply) + len(chunk) <= MAX_REPLY_BYTES:
+                    if not reply:
+                        deadline = time.monotonic() + limits.wall_seconds
                     reply += chunk
                 else:
                     return _truncate(output, output_seen, limits), b"oversized", False
@@ -268,10 +273,13 @@ def _interpret(returncode, output, reply, timed_out, n, limits) -> CustomRewardR
     def fail(error, memory=False):
         return CustomRewardResult(None, error, output, timed_out, memory)
 
+    if timed_out and not reply:
+        return fail(f"the reward sandbox did not start within {START_SECONDS:g} s: the machine is overloaded. "
+                    "Nothing of the code ran; try again when it is less busy.")
     if timed_out:
         return fail(f"timed out: the reward did not finish within {limits.wall_seconds:g} s (wall clock). "
                     f"Look for an infinite loop or slow code; a group must be scored in under {limits.wall_seconds:g} s.")
-    if not reply:
+    if not reply.strip():  # at most the worker's start marker
         if returncode == 128 + signal.SIGXCPU:  # the launcher's way of saying its child got SIGXCPU
             return fail(f"CPU time limit exceeded ({limits.cpu_seconds} s): make the reward cheaper.")
         return fail(f"the reward process ended (exit status {returncode}) without returning scores. "

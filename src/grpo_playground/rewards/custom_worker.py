@@ -4,8 +4,9 @@
 
 Standard library only (any Python >= 3.9), never imported by the app: its source is run by a fresh python.
 Protocol: one JSON request on stdin {"code", "completions", "answer"}; one JSON reply written to the
-inherited pipe RESULT_FD: {"scores": [...]} or {"error": str, "memory_exceeded": bool}. Whatever the user
-code prints goes to stdout/stderr, which the app captures and truncates.
+inherited pipe RESULT_FD: {"scores": [...]} or {"error": str, "memory_exceeded": bool}, after a newline written
+as soon as the request is read (the app's wall limit on the code starts there; JSON ignores it). Whatever the
+user code prints goes to stdout/stderr, which the app captures and truncates.
 """
 
 import ctypes
@@ -125,6 +126,7 @@ def main() -> None:
     result_fd, cpu_s, memory_mb, file_mb = (int(a) for a in (sys.argv[1], *sys.argv[4:7]))
     program, signal_nrs = bytes.fromhex(sys.argv[2]), [int(n) for n in sys.argv[3].split(",")]
     request = json.loads(sys.stdin.read())
+    os.write(result_fd, b"\n")  # started: the sandbox and interpreter are up, the code's wall time begins
     sys.stdout.flush()
     try:
         confine(program, cpu_s, memory_mb, file_mb)
