@@ -281,6 +281,26 @@ def test_qwen_architectures_convert_decode_and_evaluate_like_hf(architecture, tm
     assert all(c["text"] for c in gguf["completions"])
 
 
+@pytest.mark.slow
+def test_one_child_converts_an_exports_files_as_separate_ones_would_and_names_a_failed_job(tmp_path):
+    """An export's conversions share one child process (one import of the converters): a file converted after
+    another is byte for byte the file a child of its own writes, and a failed job names its file."""
+    from grpo_playground.export.converters import model_job, run_conversions
+    from grpo_playground.models import hf_dir, resolve_model
+
+    if not base_available("tiny"):
+        pytest.skip("assets/tiny is not built yet (python -m pipelines.build_tiny)")
+    source = hf_dir(resolve_model("tiny"))
+    run_conversions([model_job(source, tmp_path / "batch.f16.gguf"), model_job(source, tmp_path / "batch.q8_0.gguf", "q8_0")])
+    run_conversions([model_job(source, tmp_path / "alone.q8_0.gguf", "q8_0")])
+    assert (tmp_path / "batch.q8_0.gguf").read_bytes() == (tmp_path / "alone.q8_0.gguf").read_bytes()
+
+    with pytest.raises(RuntimeError, match=r"conversion 2 of 2 \(hf -> .*missing\.gguf\) failed"):
+        run_conversions([model_job(source, tmp_path / "first.f16.gguf"),
+                         model_job(tmp_path / "no-such-model", tmp_path / "missing.gguf")])
+    assert (tmp_path / "first.f16.gguf").stat().st_size > 0  # the job before it is kept
+
+
 def test_bad_requests_get_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="unknown GGUF type 'q3_weird'.*q4_k_m"):
         check_types(["q4_k_m", "q3_weird"])

@@ -1,6 +1,6 @@
-"""Child-process entry that runs one of llama.cpp's convert scripts (called by converters.py only).
+"""Child-process entry that runs llama.cpp's convert scripts, one job after another (called by converters.py only).
 
-    python -m grpo_playground.export.convert_runner hf|lora CONVERTERS_DIR SCRIPT_ARGS...
+    python -m grpo_playground.export.convert_runner CONVERTERS_DIR '[["hf"|"lora", SCRIPT_ARGS...], ...]'
 
 Why a wrapper: a tokenizer trained locally (our `tiny`) has a BPE pre-tokenizer whose hash llama.cpp does
 not know, and the script then refuses to convert. Byte-level BPE like ours is what llama.cpp calls
@@ -9,6 +9,7 @@ not know, and the script then refuses to convert. Byte-level BPE like ours is wh
 
 from __future__ import annotations
 
+import json
 import runpy
 import sys
 from pathlib import Path
@@ -28,19 +29,29 @@ def _with_gpt2_fallback(original):
 
 
 def main() -> None:
-    if len(sys.argv) < 3 or sys.argv[1] not in SCRIPTS:
-        raise SystemExit(f"usage: convert_runner {{{'|'.join(SCRIPTS)}}} CONVERTERS_DIR ARGS...")
-    kind, folder = sys.argv[1], Path(sys.argv[2])
+    if len(sys.argv) != 3:
+        raise SystemExit("usage: convert_runner CONVERTERS_DIR JOBS_JSON")
+    folder, jobs = Path(sys.argv[1]), json.loads(sys.argv[2])
     sys.path[:0] = [str(folder), str(folder / "gguf-py")]
     from conversion import base  # llama.cpp's converter package, from `folder`
 
     for cls in vars(base).values():
         if isinstance(cls, type) and "get_vocab_base_pre" in vars(cls):
             cls.get_vocab_base_pre = _with_gpt2_fallback(cls.get_vocab_base_pre)
-    script = folder / SCRIPTS[kind]
-    sys.argv = [str(script), *sys.argv[3:]]
-    runpy.run_path(str(script), run_name="__main__")
-
+    for number, (kind, *args) in enumerate(jobs, 1):
+        script, done = folder / SCRIPTS[kind], False
+        sys.argv = [str(script), *args]
+        try:
+            runpy.run_path(str(script), run_name="__main__")
+            done = True
+        except SystemExit as stop:
+            done = stop.code in (None, 0)
+            if not done:
+                raise
+        finally:
+            if not done:
+                print(f"grpo-playground: conversion {number} of {len(jobs)} ({kind} -> "
+                      f"{args[args.index('--outfile') + 1]}) failed", file=sys.stderr)
 
 if __name__ == "__main__":
     main()

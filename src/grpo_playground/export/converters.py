@@ -2,14 +2,15 @@
 
 PyPI's llama-cpp-python wheel ships no convert scripts, but its sdist holds them (vendor/llama.cpp).
 scripts/install.sh extracts `convert_hf_to_gguf.py`, `convert_lora_to_gguf.py`, `conversion/` and `gguf-py/`
-into share/grpo-playground/llama.cpp-VERSION inside the venv, so an export never downloads anything. The scripts run in a child
-process (see convert_runner.py) because they put their own, newer `gguf-py` on sys.path, which must not
+into share/grpo-playground/llama.cpp-VERSION inside the venv, so an export never downloads anything. The scripts run in one
+child process per export (see convert_runner.py) because they put their own, newer `gguf-py` on sys.path, which must not
 shadow the installed `gguf` package that transformers uses to read GGUF files.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import subprocess
 import sys
@@ -45,25 +46,26 @@ def converters_dir() -> Path:
     return folder
 
 
-def _run(kind: str, args: list[str], log: Path | None) -> None:
-    command = [sys.executable, "-m", "grpo_playground.export.convert_runner", kind, str(converters_dir()), *args]
-    env = python_child_env()
-    result = subprocess.run(command, capture_output=True, text=True, timeout=CONVERT_TIMEOUT_S, env=env)
+def run_conversions(jobs: list[list[str]], log: Path | None = None) -> None:
+    """Run convert jobs (model_job / lora_job) one after another in ONE child process: the scripts' imports
+    (torch, gguf, llama.cpp's model classes: ~3 s on a CPU) are paid once per export, not once per file."""
+    if not jobs:
+        return
+    command = [sys.executable, "-m", "grpo_playground.export.convert_runner", str(converters_dir()), json.dumps(jobs)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=CONVERT_TIMEOUT_S, env=python_child_env())
     if log is not None:
         with open(log, "a", encoding="utf-8") as handle:
             handle.write(f"$ {' '.join(command)}\n{result.stdout}{result.stderr}\n")
     if result.returncode != 0:
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
-        raise RuntimeError(f"llama.cpp {kind} conversion failed (exit {result.returncode}):\n{tail}")
+        raise RuntimeError(f"llama.cpp conversion failed (exit {result.returncode}):\n{tail}")
 
 
-def convert_model(hf_dir: Path, out_file: Path, outtype: str = "f16", log: Path | None = None) -> Path:
+def model_job(hf_dir: Path, out_file: Path, outtype: str = "f16") -> list[str]:
     """A Hugging Face model directory -> one GGUF file (outtype f32, f16, bf16 or q8_0)."""
-    _run("hf", [str(hf_dir), "--outfile", str(out_file), "--outtype", outtype], log)
-    return out_file
+    return ["hf", str(hf_dir), "--outfile", str(out_file), "--outtype", outtype]
 
 
-def convert_lora(adapter_dir: Path, base_dir: Path, out_file: Path, outtype: str = "f16", log: Path | None = None) -> Path:
+def lora_job(adapter_dir: Path, base_dir: Path, out_file: Path, outtype: str = "f16") -> list[str]:
     """A PEFT LoRA adapter directory -> a GGUF LoRA adapter (llama.cpp `--lora` / llama_cpp `lora_path`)."""
-    _run("lora", [str(adapter_dir), "--base", str(base_dir), "--outfile", str(out_file), "--outtype", outtype], log)
-    return out_file
+    return ["lora", str(adapter_dir), "--base", str(base_dir), "--outfile", str(out_file), "--outtype", outtype]

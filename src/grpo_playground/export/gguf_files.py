@@ -10,7 +10,7 @@ from pathlib import Path
 
 from grpo_playground.contracts.layout import CONVERTER_GGUF_TYPES as CONVERTER_TYPES
 from grpo_playground.contracts.layout import GGUF_TYPES, QUANT_GGUF_TYPES
-from grpo_playground.export.converters import convert_lora, convert_model
+from grpo_playground.export.converters import model_job
 
 # The converter writes CONVERTER_TYPES directly; the rest are made from the f16 file by llama.cpp's quantizer,
 # each under its llama_cpp file-type constant.
@@ -44,20 +44,17 @@ def quantize(source: Path, target: Path, gguf_type: str, threads: int = 1) -> Pa
     return target
 
 
-def write_model_ggufs(hf_dir: Path, out_dir: Path, name: str, types: list[str], log: Path | None = None) -> dict[str, Path]:
-    """GGUF files of a HF model directory, one per type; the f16 file is always written (it is the
-    reference for the greedy check and the source of every quantized type)."""
-    files = {"f16": convert_model(hf_dir, out_dir / f"{name}.f16.gguf", "f16", log)}
+def model_gguf_jobs(hf_dir: Path, out_dir: Path, name: str, types: list[str]) -> tuple[dict[str, Path], list[list[str]]]:
+    """The GGUF files the converter writes for a HF model directory (f16 always: the reference for the greedy
+    check and the source of every quantized type; the CONVERTER_TYPES asked for) and its jobs for them."""
+    files = {"f16": out_dir / f"{name}.f16.gguf"}
+    files.update({t: out_dir / f"{name}.{t}.gguf" for t in types if t in CONVERTER_TYPES})
+    return files, [model_job(hf_dir, path, t) for t, path in files.items()]
+
+
+def quantize_types(files: dict[str, Path], out_dir: Path, name: str, types: list[str]) -> dict[str, Path]:
+    """The types the converter does not write, quantized from the f16 file once it exists."""
     for gguf_type in types:
-        if gguf_type in files:
-            continue
-        target = out_dir / f"{name}.{gguf_type}.gguf"
-        if gguf_type in CONVERTER_TYPES:
-            files[gguf_type] = convert_model(hf_dir, target, gguf_type, log)
-        else:
-            files[gguf_type] = quantize(files["f16"], target, gguf_type)
+        if gguf_type not in files:
+            files[gguf_type] = quantize(files["f16"], out_dir / f"{name}.{gguf_type}.gguf", gguf_type)
     return files
-
-
-def write_lora_gguf(adapter_dir: Path, base_hf_dir: Path, out_file: Path, log: Path | None = None) -> Path:
-    return convert_lora(adapter_dir, base_hf_dir, out_file, "f16", log)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from grpo_playground.config.run_settings import run_settings
 from grpo_playground.data.chat_template import run_template
-from grpo_playground.export.gguf_files import check_types, write_lora_gguf, write_model_ggufs
+from grpo_playground.export.converters import lora_job, run_conversions
+from grpo_playground.export.gguf_files import check_types, model_gguf_jobs, quantize_types
 from grpo_playground.export.hub import push_folder
 from grpo_playground.export.modelfile import write_modelfile
 from grpo_playground.contracts.layout import (
@@ -177,16 +178,20 @@ def export_run(
         result["files"]["merged"] = str(merged_dir)
 
         say(f"writing GGUF {', '.join(types)} (f16 is always written: the reference for the checks)")
-        files = write_model_ggufs(merged_dir, out, name, types, log)
-        result["files"].update({f"gguf_{t}": str(p) for t, p in files.items()})
-        if lora_gguf:
+        files, jobs = model_gguf_jobs(merged_dir, out, name, types)
+        if lora_gguf:  # converted by the same child as the merged model's files
             say("writing the GGUF LoRA adapter and the base f16 GGUF it runs on")
             base_dir = _base_with_tokenizer(hf_dir(base_spec), merged_dir, out / "base")
-            result["files"]["lora_gguf"] = str(write_lora_gguf(out / EXPORT_LORA_DIR, base_dir,
-                                                                       out / f"{name}{LORA_GGUF_SUFFIX}", log))
-            base_gguf = write_model_ggufs(base_dir, out, f"{name}{BASE_MODEL_SUFFIX}", [], log)["f16"]
+            lora_file = out / f"{name}{LORA_GGUF_SUFFIX}"
+            base_files, base_jobs = model_gguf_jobs(base_dir, out, f"{name}{BASE_MODEL_SUFFIX}", [])
+            jobs += [lora_job(out / EXPORT_LORA_DIR, base_dir, lora_file), *base_jobs]
+        run_conversions(jobs, log)
+        files = quantize_types(files, out, name, types)
+        result["files"].update({f"gguf_{t}": str(p) for t, p in files.items()})
+        if lora_gguf:
             shutil.rmtree(base_dir)
-            result["files"]["base_gguf_f16"] = str(base_gguf)
+            result["files"]["lora_gguf"] = str(lora_file)
+            result["files"]["base_gguf_f16"] = str(base_files["f16"])
 
         main_gguf = files[types[0]]
         result["modelfile"] = write_modelfile(out, main_gguf, tokenizer, tags)
