@@ -53,5 +53,6 @@ def main() -> None:
                 print(f"grpo-playground: conversion {number} of {len(jobs)} ({kind} -> "
                       f"{args[args.index('--outfile') + 1]}) failed", file=sys.stderr)
 
+
 if __name__ == "__main__":
     main()
