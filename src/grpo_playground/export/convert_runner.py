@@ -39,19 +39,16 @@ def main() -> None:
         if isinstance(cls, type) and "get_vocab_base_pre" in vars(cls):
             cls.get_vocab_base_pre = _with_gpt2_fallback(cls.get_vocab_base_pre)
     for number, (kind, *args) in enumerate(jobs, 1):
-        script, done = folder / SCRIPTS[kind], False
+        script = folder / SCRIPTS[kind]
         sys.argv = [str(script), *args]
         try:
             runpy.run_path(str(script), run_name="__main__")
-            done = True
-        except SystemExit as stop:
-            done = stop.code in (None, 0)
-            if not done:
-                raise
-        finally:
-            if not done:
-                print(f"grpo-playground: conversion {number} of {len(jobs)} ({kind} -> "
-                      f"{args[args.index('--outfile') + 1]}) failed", file=sys.stderr)
+        except BaseException as error:
+            if isinstance(error, SystemExit) and error.code in (None, 0):
+                continue
+            print(f"grpo-playground: conversion {number} of {len(jobs)} ({kind} -> "
+                  f"{args[args.index('--outfile') + 1]}) failed", file=sys.stderr)
+            raise
 
 
 if __name__ == "__main__":

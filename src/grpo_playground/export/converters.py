@@ -49,8 +49,6 @@ def converters_dir() -> Path:
 def run_conversions(jobs: list[list[str]], log: Path | None = None) -> None:
     """Run convert jobs (model_job / lora_job) one after another in ONE child process: the scripts' imports
     (torch, gguf, llama.cpp's model classes: ~3 s on a CPU) are paid once per export, not once per file."""
-    if not jobs:
-        return
     command = [sys.executable, "-m", "grpo_playground.export.convert_runner", str(converters_dir()), json.dumps(jobs)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=CONVERT_TIMEOUT_S, env=python_child_env())
     if log is not None:

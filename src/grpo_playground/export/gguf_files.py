@@ -52,9 +52,8 @@ def model_gguf_jobs(hf_dir: Path, out_dir: Path, name: str, types: list[str]) ->
     return files, [model_job(hf_dir, path, t) for t, path in files.items()]
 
 
-def quantize_types(files: dict[str, Path], out_dir: Path, name: str, types: list[str]) -> dict[str, Path]:
-    """The types the converter does not write, quantized from the f16 file once it exists."""
+def quantize_types(files: dict[str, Path], out_dir: Path, name: str, types: list[str]) -> None:
+    """Adds to `files` the types the converter does not write, quantized from the f16 file once it exists."""
     for gguf_type in types:
         if gguf_type not in files:
             files[gguf_type] = quantize(files["f16"], out_dir / f"{name}.{gguf_type}.gguf", gguf_type)
-    return files

@@ -186,7 +186,7 @@ def export_run(
             base_files, base_jobs = model_gguf_jobs(base_dir, out, f"{name}{BASE_MODEL_SUFFIX}", [])
             jobs += [lora_job(out / EXPORT_LORA_DIR, base_dir, lora_file), *base_jobs]
         run_conversions(jobs, log)
-        files = quantize_types(files, out, name, types)
+        quantize_types(files, out, name, types)
         result["files"].update({f"gguf_{t}": str(p) for t, p in files.items()})
         if lora_gguf:
             shutil.rmtree(base_dir)

@@ -9,9 +9,9 @@ The code runs in a fresh `python -I -S -c custom_worker.py` (exec'd, never a for
 session, with a minimal environment. Its launcher makes itself non-dumpable and loads the rlimits (CPU,
 address space, file size) and a seccomp allow-list (jail.py) before it forks the code, then neither may
 fork again (RLIMIT_NPROC 0: no threads either): every process of ours that the code can see is held alike.
-A wall-clock limit on the code (from when the worker has started: a loaded machine's slow start of bubblewrap
-and the interpreter is not the code's time; the start has its own bound) and captured, truncated output on top. As root it drops to uid 65534. Two modes
-(docs/custom_rewards.md says exactly what each stops):
+A wall-clock limit on the code, counted from the worker's start (a loaded machine's slow start of bubblewrap
+and the interpreter is not the code's time; the start has its own bound), and captured, truncated output on
+top. As root it drops to uid 65534. Two modes (docs/custom_rewards.md says exactly what each stops):
 - "bubblewrap": inside a bwrap jail (jail.py): own namespaces, no capabilities, no network, only /usr
   visible read-only, a private 1 MB /tmp the only writable place, the app's processes out of sight.
 - "plain": where no namespace can be made (a non-root container), only if the owner also set
