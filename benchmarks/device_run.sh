@@ -114,7 +114,7 @@ torch.cuda.device_count())"; } > $W/env.txt 2>&1; grep -v "^|" $W/env.txt | tail
     # for vLLM's bundle)
     grpo-recipes) background grpo-recipes "$WAIT_SHAPES; $B models --out $W/models --shapes ${SHAPES:-qwen3-8b-shape \
       qwen3-1.7b-shape qwen3-4b-shape qwen3-0.6b-shape}; $([ "${SUITE:-recipes}" != recipes ] && echo "$WAIT_VLLM;") \
-      $B suite ${SUITE:-recipes} --models $W/models --gpus 0 --out $SPEED_DIR --timeout 600 --deadline ${BUDGET_S:-1500}" ;;
+      $B suite ${SUITE:-recipes} --models $W/models --gpus 0 --out $SPEED_DIR --timeout ${ROW_TIMEOUT_S:-600} --deadline ${BUDGET_S:-1500}" ;;
     wait-grpo-speed)  # follows whichever of grpo-speed, grpo-speed-8b, grpo-budget and grpo-recipes were started here
       started grpo-speed grpo-speed-8b grpo-budget grpo-recipes || continue
       end=$(( $(date +%s) + ${WAIT_S:-500} ))
