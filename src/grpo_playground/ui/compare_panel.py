@@ -413,7 +413,7 @@ def create_compare_panel() -> dict:
                                          interactive=False, elem_id="compare-sources")
     log = gr.Textbox(label="Log (tail)", lines=6, max_lines=12, autoscroll=True)
     shown = gr.State(None)
-    timer = gr.Timer(POLL_S)
+    timer = gr.Timer(POLL_S, active=False)  # ticks while the Evaluate tab is shown (ui.app.poll_the_shown_tab)
 
     public_api(api_start, api_name="compare_start")
     public_api(api_resume, api_name="compare_resume")
@@ -432,6 +432,6 @@ def create_compare_panel() -> dict:
     for going in (started, resumed):  # the status shows it running; a Stop's answer would be stale
         going.success(view, [picker, gr.State(None)], views, **ui)
         going.success(lambda: "", None, message, **ui)
-    return {"recipe": recipe, "minutes": form["minutes"], "run": run, "stop": stop, "resume": resume, "picker": picker,
+    return {"timer": timer, "recipe": recipe, "minutes": form["minutes"], "run": run, "stop": stop, "resume": resume, "picker": picker,
             "message": message, "status": status, "chart": chart, "arms": arms, "levels": levels_table,
             "sources": sources_table}

@@ -241,7 +241,7 @@ def create_eval_panel() -> dict:
     chart = gr.Plot(label="Comparison", show_label=False, visible=False, elem_id="eval-chart")
     table = gr.Dataframe(None, label="Saved evaluations (newest first)", interactive=False, elem_id="eval-table")
     shown = gr.State(None)
-    timer = gr.Timer(POLL_S)
+    timer = gr.Timer(POLL_S, active=False)  # ticks while the Evaluate tab is shown (ui.app.poll_the_shown_tab)
 
     public_api(store.list_checkpoints, api_name="eval_checkpoints")
     public_api(api_start, api_name="eval_start")
@@ -256,6 +256,6 @@ def create_eval_panel() -> dict:
     run.click(run_evals, [checkpoints, data, n, batch_size, max_new_tokens, backend, token], message,
               concurrency_limit=1, concurrency_id="eval", **ui)
     stop.click(stop_eval, token, message, **ui)
-    return {"checkpoints": checkpoints, "data": data, "n": n, "batch_size": batch_size,
+    return {"timer": timer, "checkpoints": checkpoints, "data": data, "n": n, "batch_size": batch_size,
             "max_new_tokens": max_new_tokens, "backend": backend, "token": token, "run": run, "stop": stop,
             "message": message, "status": status, "log": log, "table": table, "chart": chart, "verdict": verdict}

@@ -2,11 +2,13 @@
 export, refreshed by a 2 s timer that reads only what the job appended to the run folder.
 
 `poll` is one timer tick as a `Tick` of named values; `tick_updates` turns it into the {component: value}
-Gradio expects, in one place.
+Gradio expects, in one place. A tick that changed nothing sends nothing but the view's state: the updates go to the
+page through a second event, only when there are some (`wire_run_view`).
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -191,10 +193,13 @@ def tick_updates(tick: Tick, run: RunViewPart, history: HistoryPart) -> dict:
             run.resume: tick.resume, run.summary: tick.summary, run.next_steps: tick.next_steps}
 
 
+NO_RUN = "no run"  # view["status"] once the empty view (no run yet) has been sent
+
+
 def _new_view(run_id: str | None) -> dict:
     return {"run_id": run_id, "feed": RunFeed(run_path(run_id)) if run_id else None,
             "log": None, "history": None, "status": None, "preflight_mtime": UNREAD, "export": None, "scale_out": None,
-            "later_stages": None, "chart_stage": None, "evals_mtime": UNREAD, "stages_done": None}
+            "later_stages": None, "chart_stage": None, "evals_mtime": UNREAD, "stages_done": None, "queue": None}
 
 
 def pick_default(infos: list[RunInfo]) -> str | None:
@@ -223,19 +228,25 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
     view["history"] = history_sig
     tick = Tick(view)
     # The value is sent only when the pick was empty or gone: a tick computed from the old pick must never
-    # overwrite a run the user (or Start) has just chosen; new runs only extend the choices.
-    if not picked:
+    # overwrite a run the user (or Start) has just chosen; new runs only extend the choices. (No run at all: the
+    # empty picker is sent once.)
+    if not picked and (run_id is not None or ids_changed):
         tick.run_pick = gr.update(choices=ids, value=run_id)
     elif ids_changed:
         tick.run_pick = gr.update(choices=ids)
     if history_changed:
         tick.history = run_views.history_table(infos)
     queue = queue_line()  # comparisons waiting for the slot too, in the order the slot is taken
-    tick.queue = ("Queue (one training job at a time): " + ", ".join(queue)) if queue else "Queue: empty"
+    queue_text = ("Queue (one training job at a time): " + ", ".join(queue)) if queue else "Queue: empty"
     comparison = running_comparison()
     if comparison and comparison_state(comparison)["state"] == "running":  # its arms train in the same slot
-        tick.queue += f" · the training slot is held by the comparison **{comparison}** (Evaluate tab)"
+        queue_text += f" · the training slot is held by the comparison **{comparison}** (Evaluate tab)"
+    if queue_text != view["queue"]:
+        tick.queue = view["queue"] = queue_text
+    if run_id is None and view["status"] == NO_RUN:
+        return tick
     if run_id is None:
+        view["status"] = NO_RUN
         tick.progress = "No runs yet: pick a recipe in **1. Set up a run** and press Start."
         tick.charts = [chart_update(None, chart) for chart in run_views.CHARTS]
         tick.stop, tick.resume = control_updates(None)
@@ -275,6 +286,13 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
         # stale mark kept clearing, and one answered after a Stop wiped "Stop requested" as it arrived
         tick.message, tick.message_for = "", None
     return tick
+
+
+TICKS = itertools.count()  # a serial per tick that changed something: `pending` changes even when its updates repeat
+
+
+def _skipped(value) -> bool:
+    return isinstance(value, dict) and value == {"__type__": "update"}
 
 
 def control_updates(info: RunInfo | None) -> tuple[dict, dict]:
@@ -450,10 +468,23 @@ def initial_pick() -> InitialPick:
 def wire_run_view(run: RunViewPart, history: HistoryPart, timer: gr.Timer, token: gr.Textbox, screens: gr.Tabs) -> None:
     """The run view's listeners; `token` is the owner token box (on the setup screen) that Stop, Resume and
     Export send; `screens` holds this screen (LIVE_SCREEN), opened on page load while a job runs."""
+    outputs = [c for c in tick_updates(Tick(None), run, history) if c is not run.view]
+    pending = gr.State(None)  # (serial, [(index in outputs, value)]): what the last tick changed
+
     @handler(TickRequest)
     def tick(req: TickRequest) -> dict:
-        return tick_updates(poll(req.run_pick, req.view, req.compare_run, req.compare_key, req.message_for,
-                                 req.chart_stage), run, history)
+        """A poll, and what it changed into `pending` (its change event shows it), or nothing: an unchanged tick,
+        every 2 s of every open page, cost the server and the page 35 outputs (~10% of a core on 2 cores)."""
+        updates = tick_updates(poll(req.run_pick, req.view, req.compare_run, req.compare_key, req.message_for,
+                                    req.chart_stage), run, history)
+        changed = [(i, updates[c]) for i, c in enumerate(outputs) if not _skipped(updates[c])]
+        return {run.view: updates[run.view], pending: (next(TICKS), changed) if changed else gr.skip()}
+
+    def show(changes: tuple) -> list:
+        values = [gr.skip()] * len(outputs)
+        for i, value in changes[1]:
+            values[i] = value
+        return values
 
     ui = dict(api_visibility="private")
     message_outputs = [run.message, run.message_for]
@@ -470,7 +501,7 @@ def wire_run_view(run: RunViewPart, history: HistoryPart, timer: gr.Timer, token
     run.scale_out.click(scale_out_selected, [run.run_pick, run.view, token], message_outputs, **ui)
     gr.on(None, initial_pick, None, [run.run_pick, screens, run.stop, run.resume], **ui)  # on page load
     # a user picking a run (or a chart stage) sees it at once; otherwise the timer refreshes every POLL_S
-    outputs = list(tick_updates(Tick(None), run, history))
     gr.on([timer.tick, run.run_pick.input, run.chart_stage.input], tick,
           [run.run_pick, run.view, history.compare_run, history.compare_key, run.message_for, run.chart_stage],
-          outputs, show_progress="hidden", **ui)
+          [run.view, pending], show_progress="hidden", **ui)
+    pending.change(show, pending, outputs, show_progress="hidden", **ui)

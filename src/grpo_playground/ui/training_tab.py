@@ -32,6 +32,7 @@ class TrainingTab:
     run: RunViewPart
     history: HistoryPart
     screens: gr.Tabs  # setup | live | history: Start and a click in the history open the live screen
+    timer: gr.Timer  # refreshes the run view from disk while the tab is shown (ui.app.poll_the_shown_tab)
 
 
 def create_training_tab() -> TrainingTab:
@@ -50,7 +51,7 @@ def create_training_tab() -> TrainingTab:
     wire_form(form, started, lambda info: started_updates(run, screens, info))
     wire_run_view(run, history, timer, form.token, screens)
     wire_history(history, run.run_pick, screens, LIVE_SCREEN)
-    return TrainingTab(form, run, history, screens)
+    return TrainingTab(form, run, history, screens, timer)
 
 
 def link_to_sandbox(training: TrainingTab, sandbox: SandboxInputs, tabs: gr.Tabs) -> None:
