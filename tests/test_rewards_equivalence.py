@@ -47,3 +47,21 @@ def test_works_from_a_worker_thread():
     t.start()
     t.join(60)
     assert out == [[5.0]]
+
+
+def test_a_question_given_up_on_never_answers_the_next_one():
+    # Before: a question whose time ran out before its answering process read it stayed in the pipe; the next
+    # answerer answered it, and every later question read the verdict of the one before (under load a tower read
+    # 5.0 and honest answers their neighbour's verdicts).
+    from grpo_playground.rewards.equivalence import EquivalenceWorker
+
+    worker = EquivalenceWorker()
+    try:
+        worker.warm_up()
+        for _ in range(3):  # given up on at once: its answerer is replaced, most likely before it read the question
+            assert worker.verify("1/2", "0.5", timeout=0)["unscored"]
+        for gold, pred, equivalent in [("42", "41", False), ("1/2", "0.5", True), ("7", "8", False)] * 2:
+            reply = worker.verify(gold, pred)
+            assert reply.get("equivalent") is equivalent, (gold, pred, reply)
+    finally:
+        worker.close()

@@ -59,12 +59,19 @@ EQUIVALENT, NOT_EQUIVALENT, NO_ANSWER = 5.0, -2.5, -3.0
 
 class EquivalenceWorker:
     """The child process and its pipe; one question at a time (a lock). A question past its deadline costs
-    only the forked answering process (equivalence_worker.py): a warm copy replaces it in milliseconds."""
+    only the forked answering process (equivalence_worker.py): a warm copy replaces it in milliseconds.
+
+    Each question carries an id and its deadline: an answerer killed before it read its question leaves that
+    question in the pipe for its successor, which skips it once its deadline has passed, and a late answer to an
+    earlier question is told apart by its id (without ids, every answer after such a kill was the one before's:
+    the tower that timed out at 2 s read 5.0, and the honest answers behind it each read their neighbour's verdict)."""
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen | None = None
         self._answerer: int | None = None  # pid of the forked process that answers
         self._lock = threading.Lock()
+        self._asked = 0  # the id of the last question sent
+        self._unread = b""  # what the pipe gave past the last full line
 
     def _start(self) -> None:
         env = python_child_env(env_without_secrets())
@@ -77,20 +84,30 @@ class EquivalenceWorker:
             raise RuntimeError("the math-verify worker did not start: is math-verify installed (requirements.txt)?")
 
     def _await_answerer(self, timeout: float) -> bool:
-        reply = self._readline(self._proc, timeout)
-        self._answerer = reply.get("pid") if reply and reply.get("ready") else None
+        """Wait for the answering process's announcement; late answers to earlier questions before it are dropped."""
+        end = time.monotonic() + timeout
+        reply = self._readline(end)
+        while reply is not None and not reply.get("ready"):
+            reply = self._readline(end)
+        self._answerer = reply.get("pid") if reply else None
         return self._answerer is not None
 
-    @staticmethod
-    def _readline(proc: subprocess.Popen, timeout: float) -> dict | None:
-        ready, _, _ = select.select([proc.stdout], [], [], timeout)
-        if not ready:
-            return None
-        line = proc.stdout.readline()
+    def _readline(self, end: float) -> dict | None:
+        """The next JSON line by time.monotonic() `end`; None past it, at end of output, or for a line that is not
+        JSON. Reads the pipe's bytes itself: a buffered readline could hold a second line where select cannot see it."""
+        fd = self._proc.stdout.fileno()
+        while b"\n" not in self._unread:
+            ready, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
+            chunk = os.read(fd, 65536) if ready else b""
+            if not chunk:
+                return None
+            self._unread += chunk
+        line, self._unread = self._unread.split(b"\n", 1)
         try:
-            return json.loads(line) if line else None
+            reply = json.loads(line)
         except ValueError:
             return None
+        return reply if isinstance(reply, dict) else None
 
     def _stop(self) -> None:
         if self._proc is not None:
@@ -99,7 +116,7 @@ class EquivalenceWorker:
             for pipe in (self._proc.stdin, self._proc.stdout):
                 with contextlib.suppress(OSError):
                     pipe.close()
-            self._proc, self._answerer = None, None
+            self._proc, self._answerer, self._unread = None, None, b""
 
     def _replace_answerer(self) -> None:
         """Kill the answering process stuck on a question; the parent forks a warm one at once."""
@@ -114,16 +131,22 @@ class EquivalenceWorker:
             if not self.ready():
                 self._stop()
                 self._start()
-            request = json.dumps({"gold": gold[:MAX_VERIFY_CHARS], "pred": pred[-MAX_VERIFY_CHARS:]})
+            self._asked += 1
+            request = json.dumps({"id": self._asked, "until": time.time() + timeout,
+                                  "gold": gold[:MAX_VERIFY_CHARS], "pred": pred[-MAX_VERIFY_CHARS:]})
+            end = time.monotonic() + timeout
             try:
                 self._proc.stdin.write(request.encode() + b"\n")
                 self._proc.stdin.flush()
-                reply = self._readline(self._proc, timeout)
+                reply = self._readline(end)
+                while reply is not None and reply.get("id") != self._asked:  # a late answer to an earlier question
+                    reply = self._readline(end)
             except (BrokenPipeError, ValueError):
                 reply = None
             if reply is None:
                 self._replace_answerer()
                 return {"error": f"math-verify took over {timeout:g} s (or crashed) and was stopped", "unscored": True}
+            reply.pop("id")
             return reply
 
     def ready(self) -> bool:

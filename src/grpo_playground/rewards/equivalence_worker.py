@@ -1,8 +1,10 @@
 """The math-verify child process of answer_equivalence (see equivalence.py for why it is a process).
 
-    python -m grpo_playground.rewards.equivalence_worker   # reads {"gold","pred"} JSON lines on stdin
+    python -m grpo_playground.rewards.equivalence_worker   # reads {"id","until","gold","pred"} JSON lines on stdin
 
-Each line gets one JSON line back: {"equivalent": bool, "parsed": str}, {"no_answer": true} or {"error": str}.
+Each line gets one JSON line back, with its id: {"equivalent": bool, "parsed": str}, {"no_answer": true},
+{"error": str}, or {"expired": true} for a question read after its deadline ("until", time.time()): the app
+stopped waiting for it, so it is not worked on (a question the app's kill left unread reaches the next answerer).
 
 Importing sympy takes 1-3 s, so a checker killed on a timeout must not cost that again: this process imports
 math-verify once and then forks the answering process, announced by {"ready": true, "pid": N}. When the app
@@ -14,11 +16,13 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 import os
 import re
 import resource
 import signal
 import sys
+import time
 
 WORKER_MEMORY_BYTES = 2 << 30
 CHECKER_NICENESS = 10
@@ -33,27 +37,38 @@ def say(out, obj: dict) -> None:
 
 
 def answer(out, parse, verify) -> None:
-    """Read {"gold","pred"} lines, answer {"equivalent","parsed"} / {"no_answer"} / {"error"}, until EOF."""
+    """Read {"id","until","gold","pred"} lines and answer each with its id, until EOF."""
     for line in sys.stdin:
         try:
             req = json.loads(line)
-            # The gold is a bare final answer ("42", "1/2", "\\frac{1}{2}"): math mode makes LaTeX parse.
-            gold_text = req["gold"].strip()
-            if THOUSANDS.match(gold_text):
-                gold_text = gold_text.replace(",", "")
-            gold = parse(f"${gold_text}$", parsing_timeout=None)
-            pred = parse(req["pred"], parsing_timeout=None)
-            if not gold:
-                say(out, {"error": f"math-verify cannot read the gold answer {req['gold']!r}"})
-            elif not pred:
-                say(out, {"no_answer": True})
-            else:
-                ok = verify(gold, pred, timeout_seconds=None)
-                say(out, {"equivalent": bool(ok), "parsed": str(pred[-1])[:80]})
-        except MemoryError:
-            say(out, {"error": "math-verify ran out of its memory cap"})
-        except Exception as exc:  # noqa: BLE001 - any parse failure of untrusted text is an answer, not a crash
-            say(out, {"error": f"math-verify failed: {type(exc).__name__}"})
+        except ValueError:
+            req = None
+        if not isinstance(req, dict):
+            say(out, {"id": None, "error": "math-verify got a line that is not a JSON object"})
+        elif time.time() > req.get("until", math.inf):
+            say(out, {"id": req.get("id"), "expired": True})
+        else:
+            say(out, {"id": req.get("id"), **judge(req, parse, verify)})
+
+
+def judge(req: dict, parse, verify) -> dict:
+    """{"equivalent","parsed"} / {"no_answer"} / {"error"} for one {"gold","pred"} question."""
+    try:
+        # The gold is a bare final answer ("42", "1/2", "\\frac{1}{2}"): math mode makes LaTeX parse.
+        gold_text = req["gold"].strip()
+        if THOUSANDS.match(gold_text):
+            gold_text = gold_text.replace(",", "")
+        gold = parse(f"${gold_text}$", parsing_timeout=None)
+        pred = parse(req["pred"], parsing_timeout=None)
+        if not gold:
+            return {"error": f"math-verify cannot read the gold answer {req['gold']!r}"}
+        if not pred:
+            return {"no_answer": True}
+        return {"equivalent": bool(verify(gold, pred, timeout_seconds=None)), "parsed": str(pred[-1])[:80]}
+    except MemoryError:
+        return {"error": "math-verify ran out of its memory cap"}
+    except Exception as exc:  # noqa: BLE001 - any parse failure of untrusted text is an answer, not a crash
+        return {"error": f"math-verify failed: {type(exc).__name__}"}
 
 
 def serve() -> None:
