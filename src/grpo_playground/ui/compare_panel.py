@@ -432,6 +432,6 @@ def create_compare_panel() -> dict:
     for going in (started, resumed):  # the status shows it running; a Stop's answer would be stale
         going.success(view, [picker, gr.State(None)], views, **ui)
         going.success(lambda: "", None, message, **ui)
-    return {"timer": timer, "recipe": recipe, "minutes": form["minutes"], "run": run, "stop": stop, "resume": resume, "picker": picker,
-            "message": message, "status": status, "chart": chart, "arms": arms, "levels": levels_table,
-            "sources": sources_table}
+    return {"timer": timer, "recipe": recipe, "minutes": form["minutes"], "run": run, "stop": stop, "resume": resume,
+            "picker": picker, "message": message, "status": status, "chart": chart, "arms": arms,
+            "levels": levels_table, "sources": sources_table}
