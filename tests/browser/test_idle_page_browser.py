@@ -1,7 +1,6 @@
-"""An open page costs the server little while nothing changes: only the shown tab's timers tick, and a Training tick
-that changed nothing sends the page nothing but the view's state (its updates follow in a second event, `show`, only
-when there are some). Each of the app's three timers ticked on every open page before, and every Training tick sent
-35 outputs: ~10% of a core on 2 cores, for every visitor of a public Space.
+"""An open page polls only for the tab it shows: a tab's timers stop while another tab is shown (the Training timer
+alone cost ~3% of a core on the server and ~6% in the browser on 2 cores, for every visitor of a public Space, and
+the Evaluate tab's two kept ticking behind the others once it had been opened).
 
     OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/browser/test_idle_page_browser.py
 """
@@ -20,8 +19,8 @@ expect.set_options(timeout=TIMEOUT_MS)
 RUN_ID = "20991231-235959-idle-0001"
 
 
-def test_only_the_shown_tab_polls_and_an_unchanged_tick_shows_nothing(page, app_module, tmp_path, monkeypatch):
-    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))  # no run: nothing changes between ticks
+def test_only_the_shown_tab_polls(page, app_module, tmp_path, monkeypatch):
+    monkeypatch.setenv("GRPO_PLAYGROUND_RUNS_DIR", str(tmp_path))  # no run yet
     names = {index: getattr(fn.fn, "__name__", "") for index, fn in app_module.demo.fns.items()}
     events: list[str] = []
 
@@ -34,7 +33,6 @@ def test_only_the_shown_tab_polls_and_an_unchanged_tick_shows_nothing(page, app_
     events.clear()
     page.wait_for_timeout(6000)
     assert events.count("tick") >= 2, events  # the Training tab polls (every 2 s)
-    assert "show" not in events, events  # nothing changed: no updates sent
     assert not {"refresh", "view"} & set(events), events  # the Evaluate tab's timers do not tick while hidden
 
     run = tmp_path / RUN_ID  # a run appears on disk: the next tick shows it
@@ -42,7 +40,6 @@ def test_only_the_shown_tab_polls_and_an_unchanged_tick_shows_nothing(page, app_
     (run / "status.json").write_text(json.dumps({"state": "finished", "stage": "grpo", "step": 4, "max_steps": 4}))
     page.get_by_role("tab", name="2. Live run").click()
     expect(page.locator("#training-run input")).to_have_value(RUN_ID)
-    assert "show" in events, events
 
     page.get_by_role("tab", name="Evaluate").click()
     page.wait_for_timeout(1000)

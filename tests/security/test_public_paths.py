@@ -111,17 +111,6 @@ def _event_answer(app_url: str, session: str, fn_index: int, data: list) -> str:
     return "\n".join(answer)
 
 
-def _tick_answer(app_url: str, session: str, data: list) -> str:
-    """The Training timer's tick, then, when it changed something, what the page asks next (the change event of
-    its `pending` state, `show`): the updates the page shows."""
-    import app
-
-    answer = _event_answer(app_url, session, _fn_index(app.demo, "tick"), data)
-    if '"changed_state_ids":[]' in answer.replace(" ", ""):
-        return answer
-    return answer + "\n" + _event_answer(app_url, session, _fn_index(app.demo, "show"), [None])
-
-
 def _fn_index(demo, name: str) -> int:
     return next(i for i, fn in demo.fns.items() if getattr(fn.fn, "__name__", "") == name)
 
@@ -159,16 +148,15 @@ def test_the_pages_own_events_name_no_server_path(app_url, run, chat_server, nam
     index, session = _fn_index(app.demo, name), uuid.uuid4().hex
     inputs = app.demo.fns[index].inputs
     data = [_initial(block) for block in inputs]
-    # the timer's first tick lists the runs for the picker
-    answer = _tick_answer(app_url, session, data) if name == "tick" else _event_answer(app_url, session, index, data)
+    answer = _event_answer(app_url, session, index, data)  # the timer's first tick lists the runs for the picker
     if name == "tick":  # then a stopped run whose status and log name its folder, as the timer shows them
         folder = runs_dir() / "20260101-000001-leak-tick"
         folder.mkdir(exist_ok=True)
         write_status(folder, state="stopped", stage="sft", step=3, reason=f"stopped; last checkpoint in {folder}/sft")
         (folder / LOG_FILE).write_text(f"saving the adapter to {folder}/sft\n")
-        answer += "\n" + _tick_answer(app_url, session, data)  # the picker's choices now list it
+        answer += "\n" + _event_answer(app_url, session, index, data)  # the picker's choices now list it
         data[0] = folder.name
-        answer += "\n" + _tick_answer(app_url, session, data)
+        answer += "\n" + _event_answer(app_url, session, index, data)
         assert "last checkpoint in 20260101-000001-leak-tick/sft" in answer  # its status, named relative
     if name == "current":  # the Chat status: the server's model named in the runs folder, and no local port
         assert f"{RUN}/export/model-q4_k_m.gguf" in answer and "54321" not in answer
@@ -208,9 +196,9 @@ def test_an_exports_download_names_no_server_path_and_serves_its_bytes(app_url, 
 
     index, session = _fn_index(app.demo, "tick"), uuid.uuid4().hex
     data = [_initial(block) for block in app.demo.fns[index].inputs]
-    answer = _tick_answer(app_url, session, data)  # the timer's first tick lists the runs for the picker
+    answer = _event_answer(app_url, session, index, data)  # the timer's first tick lists the runs for the picker
     data[0] = RUN  # then the run is picked (its files are offered once, by the first tick that shows it)
-    answer += "\n" + _tick_answer(app_url, session, data)
+    answer += "\n" + _event_answer(app_url, session, index, data)
     for root in {str(runs_dir()), os.path.realpath(runs_dir())}:
         assert root not in answer, f"the export's download named the runs folder's path: {answer[:600]}"
     files = _downloads(answer)

@@ -149,8 +149,8 @@ def status(limits: RateLimits, method: str, path: str, visitor: str) -> int:
 # One browser tab of the app as headless chromium sent it (its request log, counted as docs/deploy.md says): a load is
 # one GET / and 11 joins within a second; clicking through the five tabs, 49 joins in 12 s (37 in its first second);
 # typing a line into the sandbox, 26 joins in 20 s; an idle page, none. Its three timers joining every 2, 2 and 3 s
-# (1.33 joins a second) are more than a tab sends now: only the shown tab's timers tick (the Training tab's tick and,
-# when it changed something, its `show`: at most 1 a second; the Evaluate tab's two: 0.83).
+# (1.33 joins a second) are more than a tab sends now: only the shown tab's timers tick (the Training tab's: 0.5 a
+# second; the Evaluate tab's two: 0.83).
 def polling_tab(start: float, seconds: int) -> list[tuple[float, str]]:
     events = [(start, "page")] + [(start + i / 11, "join") for i in range(11)]
     for period in (2.0, 2.0, 3.0):

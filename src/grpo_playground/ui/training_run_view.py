@@ -2,13 +2,11 @@
 export, refreshed by a 2 s timer that reads only what the job appended to the run folder.
 
 `poll` is one timer tick as a `Tick` of named values; `tick_updates` turns it into the {component: value}
-Gradio expects, in one place. A tick that changed nothing sends nothing but the view's state: the updates go to the
-page through a second event, only when there are some (`wire_run_view`).
+Gradio expects, in one place.
 """
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -288,13 +286,6 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
     return tick
 
 
-TICKS = itertools.count()  # a serial per tick that changed something: `pending` changes even when its updates repeat
-
-
-def _skipped(value) -> bool:
-    return isinstance(value, dict) and value == {"__type__": "update"}
-
-
 def control_updates(info: RunInfo | None) -> tuple[dict, dict]:
     """Stop and Resume, each enabled only when it can act on the run on screen: Resume a stopped run, or a
     failed one that saved something to resume from (one that failed on load would fail again)."""
@@ -468,23 +459,10 @@ def initial_pick() -> InitialPick:
 def wire_run_view(run: RunViewPart, history: HistoryPart, timer: gr.Timer, token: gr.Textbox, screens: gr.Tabs) -> None:
     """The run view's listeners; `token` is the owner token box (on the setup screen) that Stop, Resume and
     Export send; `screens` holds this screen (LIVE_SCREEN), opened on page load while a job runs."""
-    outputs = [c for c in tick_updates(Tick(None), run, history) if c is not run.view]
-    pending = gr.State(None)  # (serial, [(index in outputs, value)]): what the last tick changed
-
     @handler(TickRequest)
     def tick(req: TickRequest) -> dict:
-        """A poll, and what it changed into `pending` (its change event shows it), or nothing: an unchanged tick,
-        every 2 s of every open page, cost the server and the page 35 outputs (~10% of a core on 2 cores)."""
-        updates = tick_updates(poll(req.run_pick, req.view, req.compare_run, req.compare_key, req.message_for,
-                                    req.chart_stage), run, history)
-        changed = [(i, updates[c]) for i, c in enumerate(outputs) if not _skipped(updates[c])]
-        return {run.view: updates[run.view], pending: (next(TICKS), changed) if changed else gr.skip()}
-
-    def show(changes: tuple) -> list:
-        values = [gr.skip()] * len(outputs)
-        for i, value in changes[1]:
-            values[i] = value
-        return values
+        return tick_updates(poll(req.run_pick, req.view, req.compare_run, req.compare_key, req.message_for,
+                                 req.chart_stage), run, history)
 
     ui = dict(api_visibility="private")
     message_outputs = [run.message, run.message_for]
@@ -501,7 +479,7 @@ def wire_run_view(run: RunViewPart, history: HistoryPart, timer: gr.Timer, token
     run.scale_out.click(scale_out_selected, [run.run_pick, run.view, token], message_outputs, **ui)
     gr.on(None, initial_pick, None, [run.run_pick, screens, run.stop, run.resume], **ui)  # on page load
     # a user picking a run (or a chart stage) sees it at once; otherwise the timer refreshes every POLL_S
+    outputs = list(tick_updates(Tick(None), run, history))
     gr.on([timer.tick, run.run_pick.input, run.chart_stage.input], tick,
           [run.run_pick, run.view, history.compare_run, history.compare_key, run.message_for, run.chart_stage],
-          [run.view, pending], show_progress="hidden", **ui)
-    pending.change(show, pending, outputs, show_progress="hidden", **ui)
+          outputs, show_progress="hidden", **ui)
