@@ -85,12 +85,16 @@ class EquivalenceWorker:
 
     def _await_answerer(self, timeout: float) -> bool:
         """Wait for the answering process's announcement; late answers to earlier questions before it are dropped."""
-        end = time.monotonic() + timeout
-        reply = self._readline(end)
-        while reply is not None and not reply.get("ready"):
-            reply = self._readline(end)
+        reply = self._next_reply(time.monotonic() + timeout, lambda reply: reply.get("ready"))
         self._answerer = reply.get("pid") if reply else None
         return self._answerer is not None
+
+    def _next_reply(self, end: float, wanted) -> dict | None:
+        """The next line `wanted` accepts, by time.monotonic() `end`; the lines before it are dropped."""
+        reply = self._readline(end)
+        while reply is not None and not wanted(reply):
+            reply = self._readline(end)
+        return reply
 
     def _readline(self, end: float) -> dict | None:
         """The next JSON line by time.monotonic() `end`; None past it, at end of output, or for a line that is not
@@ -138,9 +142,8 @@ class EquivalenceWorker:
             try:
                 self._proc.stdin.write(request.encode() + b"\n")
                 self._proc.stdin.flush()
-                reply = self._readline(end)
-                while reply is not None and reply.get("id") != self._asked:  # a late answer to an earlier question
-                    reply = self._readline(end)
+                # dropped before it: late answers to earlier questions
+                reply = self._next_reply(end, lambda reply: reply.get("id") == self._asked)
             except (BrokenPipeError, ValueError):
                 reply = None
             if reply is None:

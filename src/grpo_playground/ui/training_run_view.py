@@ -241,14 +241,13 @@ def poll(run_id: str | None, view: dict | None, compare_id: str | None, compare_
         queue_text += f" · the training slot is held by the comparison **{comparison}** (Evaluate tab)"
     if queue_text != view["queue"]:
         tick.queue = view["queue"] = queue_text
-    if run_id is None and view["status"] == NO_RUN:
-        return tick
     if run_id is None:
-        view["status"] = NO_RUN
-        tick.progress = "No runs yet: pick a recipe in **1. Set up a run** and press Start."
-        tick.charts = [chart_update(None, chart) for chart in run_views.CHARTS]
-        tick.stop, tick.resume = control_updates(None)
-        tick.export = tick.to_sandbox = gr.update(interactive=False)
+        if view["status"] != NO_RUN:  # the empty view, sent once
+            view["status"] = NO_RUN
+            tick.progress = "No runs yet: pick a recipe in **1. Set up a run** and press Start."
+            tick.charts = [chart_update(None, chart) for chart in run_views.CHARTS]
+            tick.stop, tick.resume = control_updates(None)
+            tick.export = tick.to_sandbox = gr.update(interactive=False)
         return tick
     feed = view["feed"]
     changed = feed.poll() or view["status"] is None
